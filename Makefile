@@ -1,0 +1,44 @@
+# amrtree: PGXS build.  See README.md for the two commands (demo, tests).
+
+EXTENSION = amrtree
+MODULE_big = amrtree
+DATA = sql/amrtree--0.1.sql
+PGFILEDESC = "amrtree - AMR-Tree index access method"
+
+CORE_OBJS = \
+	src/core/amr_bitmap.o \
+	src/core/amr_check.o \
+	src/core/amr_inner.o \
+	src/core/amr_leaf.o \
+	src/core/amr_pack.o \
+	src/core/amr_persist.o
+
+OBJS = \
+	$(CORE_OBJS) \
+	src/amrtree.o \
+	src/amr_build.o \
+	src/amr_cost.o \
+	src/amr_directory.o \
+	src/amr_funcs.o \
+	src/amr_insert.o \
+	src/amr_leafio.o \
+	src/amr_reconcile.o \
+	src/amr_scan.o \
+	src/amr_shmem.o \
+	src/amr_vacuum.o \
+	src/amr_validate.o
+
+SHLIB_LINK += -lpmemobj -lpmem -luring -lm
+PG_CPPFLAGS += -I$(srcdir)/src
+# PostgreSQL's own flags plus -Wall -Wextra; the -Wno- flags silence
+# warnings that PostgreSQL's headers themselves trigger under -Wextra.
+PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare \
+	-Wno-missing-field-initializers -Wno-clobbered
+
+# Tests: run through test/run-tests.sh (needs shared_preload_libraries).
+REGRESS_OPTS = --inputdir=test --outputdir=$(AMR_TEST_OUTDIR)
+ISOLATION_OPTS = --inputdir=test --outputdir=$(AMR_TEST_OUTDIR)
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

@@ -1,0 +1,294 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_build.c
+ *		ambuild: bulk build by Sort-Tile-Recursive packing.
+ *
+ * The heap is scanned once into an in-memory array of leaf entries; the
+ * entries are put in STR order (linear-time radix sorts) and cut into leaves
+ * filled to AMR_BUILD_LEAF_FILL, which are written sequentially to PMEM
+ * slots with non-temporal stores and published in the Leaf Table one by one.
+ * The inner levels are packed the same way from the leaf boxes.  No WAL is
+ * written for the tree (it is rebuilt from the Leaf Table, not replayed),
+ * only for the metapage.
+ *
+ * The tree is created BUILDING inside the transaction; if the build fails or
+ * the transaction aborts, everything published so far is freed by the abort
+ * callback (amr_directory.c), and a crash mid-build is cleaned up by the
+ * next reconciliation.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amrtree.h"
+
+#include "access/tableam.h"
+#include "catalog/index.h"
+#include "commands/progress.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/bufmgr.h"
+#include "storage/smgr.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+/* leave a little room in packed leaves so the first inserts do not split */
+#define AMR_BUILD_LEAF_FILL		((int) (AMR_LEAF_CAPACITY * 9 / 10))
+#define AMR_BUILD_INNER_FILL	((AMR_INNER_FANOUT * 7) / 8)
+
+#define AMR_PHASE_SCAN			2
+#define AMR_PHASE_SORT			3
+#define AMR_PHASE_WRITE_LEAVES	4
+#define AMR_PHASE_INNER			5
+
+typedef struct AmrBuildState
+{
+	Relation	index;
+	AmrLeafEntry *boxes;
+	Size		nboxes;
+	Size		capboxes;
+	AmrLeafEntry *nulls;
+	Size		nnulls;
+	Size		capnulls;
+} AmrBuildState;
+
+char *
+amrbuildphasename(int64 phasenum)
+{
+	switch (phasenum)
+	{
+		case PROGRESS_CREATEIDX_SUBPHASE_INITIALIZE:
+			return "initializing";
+		case AMR_PHASE_SCAN:
+			return "scanning table";
+		case AMR_PHASE_SORT:
+			return "sorting keys";
+		case AMR_PHASE_WRITE_LEAVES:
+			return "writing leaves";
+		case AMR_PHASE_INNER:
+			return "building inner nodes";
+		default:
+			return NULL;
+	}
+}
+
+static AmrLeafEntry *
+append_entry(AmrLeafEntry **arr, Size *n, Size *cap)
+{
+	if (*n == *cap)
+	{
+		Size		newcap = *cap ? *cap * 2 : 1024;
+
+		if (*arr == NULL)
+			*arr = MemoryContextAllocHuge(CurrentMemoryContext,
+										  newcap * sizeof(AmrLeafEntry));
+		else
+			*arr = repalloc_huge(*arr, newcap * sizeof(AmrLeafEntry));
+		*cap = newcap;
+	}
+	return &(*arr)[(*n)++];
+}
+
+static void
+build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
+			   bool tupleIsAlive, void *state)
+{
+	AmrBuildState *bs = (AmrBuildState *) state;
+	AmrLeafEntry *e;
+
+	if (isnull[0])
+	{
+		e = append_entry(&bs->nulls, &bs->nnulls, &bs->capnulls);
+		memset(e, 0, sizeof(*e));
+		e->flags = AMR_ENTRY_FLAG_NULL;
+	}
+	else
+	{
+		AmrBox		key;
+
+		amr_box_from_datum(index, values[0], &key);
+		e = append_entry(&bs->boxes, &bs->nboxes, &bs->capboxes);
+		memset(e, 0, sizeof(*e));
+		e->key = key;
+	}
+	memcpy(&e->tid_blk_hi, tid, sizeof(ItemPointerData));
+}
+
+/* Reserve a leaf id and a PMEM slot together, or neither. */
+static void
+reserve_leaf(Relation index, uint32 *leaf_id, uint32 *slot)
+{
+	int64		s;
+
+	*leaf_id = amr_alloc_leaf_id(index);
+	s = amr_bitmap_alloc(amr_store.pmem_used);
+	if (s < 0)
+	{
+		amr_bitmap_clear(amr_store.leaf_ids_used, *leaf_id);
+		amr_report_status(AMR_ERR_PMEM_FULL, index);
+	}
+	*slot = (uint32) s;
+}
+
+static void
+build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
+		   bool nulls, XLogRecPtr lsn, Size *done)
+{
+	AmrStore   *s = &amr_store;
+	int			fill = AMR_BUILD_LEAF_FILL;
+	Size		nleaves = (n + fill - 1) / fill;
+	AmrPackItem *items = NULL;
+	AmrPackItem *scratch;
+	AmrPackItem *leaf_items;
+	uint32	   *node_ids;
+	PGAlignedBlock buf;
+	AmrLeaf    *img = (AmrLeaf *) buf.data;
+	Size		g;
+	Size		i;
+	AmrStatus	st;
+
+	scratch = MemoryContextAllocHuge(CurrentMemoryContext,
+									 sizeof(AmrPackItem) * (Max(n, nleaves) + 1));
+	if (!nulls && n > 0)
+	{
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_SORT);
+		items = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(AmrPackItem) * n);
+		for (i = 0; i < n; i++)
+		{
+			items[i].box = amr_fbox_from_box(&entries[i].key);
+			items[i].ref = (uint32) i;
+		}
+		amr_str_order(items, n, (Size) fill, scratch);
+	}
+
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_WRITE_LEAVES);
+	leaf_items = MemoryContextAllocHuge(CurrentMemoryContext,
+										sizeof(AmrPackItem) * (nleaves + 1));
+	for (g = 0; g < nleaves; g++)
+	{
+		Size		first = g * fill;
+		Size		take = Min((Size) fill, n - first);
+		uint32		leaf_id;
+		uint32		slot;
+		uint32		version;
+		AmrFBox		mbr;
+
+		CHECK_FOR_INTERRUPTS();
+
+		LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+		reserve_leaf(index, &leaf_id, &slot);
+		version = AMR_WORD_VERSION(amr_lt_word(s, leaf_id)) + 1;
+		amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation, version, nulls);
+		for (i = 0; i < take; i++)
+		{
+			AmrLeafEntry *src = items ? &entries[items[first + i].ref] : &entries[first + i];
+
+			img->entries[i] = *src;
+			img->entries[i].insert_lsn = lsn;
+		}
+		img->hdr.nentries = take;
+		mbr = nulls ? amr_fbox_empty() : amr_leaf_image_mbr(img);
+
+		amr_memcpy_persist(amr_pmem_slot(s, slot), img,
+						   offsetof(AmrLeaf, entries) + take * sizeof(AmrLeafEntry));
+		amr_lt_publish_new(s, leaf_id, t->tree_no, t->generation,
+						   nulls ? AMR_LT_FLAG_NULLS : 0, AMR_INVALID_LEAF, 0,
+						   AMR_TIER_PMEM, slot, &mbr);
+		LWLockRelease(&amr_shared->publish_lock);
+
+		memset(&s->leaves[leaf_id], 0, sizeof(AmrLeafVolatile));
+		s->leaves[leaf_id].rightlink = AMR_INVALID_LEAF;
+		leaf_items[g].box = nulls ? (AmrFBox) {0, 0, 0, 0} : mbr;
+		leaf_items[g].ref = leaf_id;
+		__atomic_add_fetch(&t->nleaves, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&t->nentries, take, __ATOMIC_RELAXED);
+		*done += take;
+		if ((g & 63) == 0)
+			pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) *done);
+	}
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) *done);
+
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_INNER);
+	node_ids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) *
+									  (amr_build_levels_nodes_needed(nleaves, AMR_BUILD_INNER_FILL) + 1));
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+	st = amr_build_levels(s, t, nulls, leaf_items, nleaves, AMR_BUILD_INNER_FILL,
+						  scratch, node_ids);
+	LWLockRelease(amr_tree_lock(t));
+	LWLockRelease(&amr_shared->publish_lock);
+	amr_report_status(st, index);
+
+	if (items)
+		pfree(items);
+	pfree(scratch);
+	pfree(leaf_items);
+	pfree(node_ids);
+}
+
+IndexBuildResult *
+amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
+{
+	IndexBuildResult *result;
+	AmrBuildState bs;
+	double		reltuples;
+	uint32		tree_no;
+	AmrTree    *t;
+	XLogRecPtr	lsn;
+	Size		done = 0;
+	bool		unlogged = index->rd_rel->relpersistence == RELPERSISTENCE_UNLOGGED;
+
+	amr_require_ready();
+	if (index->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("amrtree does not support indexes on temporary tables"),
+				 errdetail("amrtree keeps its leaves in a cluster-wide PMEM pool, outside any one session."),
+				 errhint("Use a GiST index on the temporary table, or make the table UNLOGGED.")));
+	if (RelationGetNumberOfBlocks(index) != 0)
+		elog(ERROR, "index \"%s\" already contains data", RelationGetRelationName(index));
+
+	tree_no = amr_tree_create(index, unlogged);
+	t = &amr_store.trees[tree_no];
+
+	memset(&bs, 0, sizeof(bs));
+	bs.index = index;
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_SCAN);
+	reltuples = table_index_build_scan(heap, index, indexInfo, true, true,
+									   build_callback, (void *) &bs, NULL);
+
+	/*
+	 * Every row seen was inserted by a WAL record before this point, so the
+	 * current insert position bounds them all (DESIGN 5).
+	 */
+	lsn = amr_insert_lsn();
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL,
+								 (int64) (bs.nboxes + bs.nnulls));
+	build_side(index, t, bs.boxes, bs.nboxes, false, lsn, &done);
+	build_side(index, t, bs.nulls, bs.nnulls, true, lsn, &done);
+
+	amr_metapage_write(index, MAIN_FORKNUM, tree_no);
+
+	/*
+	 * An unlogged index rebuilt in place (a TRUNCATE of a table created in
+	 * the same transaction) keeps its init fork: point it at the new tree.
+	 */
+	if (unlogged && smgrexists(RelationGetSmgr(index), INIT_FORKNUM))
+		amr_metapage_write(index, INIT_FORKNUM, tree_no);
+
+	if (bs.boxes)
+		pfree(bs.boxes);
+	if (bs.nulls)
+		pfree(bs.nulls);
+
+	result = (IndexBuildResult *) palloc(sizeof(IndexBuildResult));
+	result->heap_tuples = reltuples;
+	result->index_tuples = (double) (bs.nboxes + bs.nnulls);
+	return result;
+}
+
+void
+amrbuildempty(Relation index)
+{
+	AmrTree    *t = amr_tree_open(index);
+
+	amr_metapage_write(index, INIT_FORKNUM, t->tree_no);
+}

@@ -1,0 +1,549 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_directory.c
+ *		The tree directory: one record per index in the pool, keyed by the
+ *		index's storage identity (database, tablespace, relfilenode), and the
+ *		transactional life of trees.
+ *
+ * A tree is created by ambuild in state BUILDING, stamped with the creating
+ * transaction's xid.  Commit makes it VALID; abort (of the transaction or of
+ * the subtransaction that created it) frees it.  DROP INDEX, DROP TABLE and
+ * DROP DATABASE, and every rebuild that gives an index a new relfilenode
+ * (REINDEX, TRUNCATE, VACUUM FULL, CLUSTER), only record the old tree as
+ * "to drop"; it is freed once the dropping transaction has committed.  A
+ * crash in between is resolved at the next start (amr_reconcile.c) from the
+ * xid and the state.  Nothing here raises an ERROR in an abort path.
+ *
+ * Indexes find their tree through the metapage in block 0 of the main fork
+ * (pool id, tree number, generation), cached in rd_amcache; the record must
+ * still carry the index's current storage identity, otherwise the tree is
+ * gone (a wiped or foreign pool, pg_upgrade, a restored base backup) and the
+ * index must be rebuilt: we say REINDEX instead of returning nothing.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amrtree.h"
+
+#include "access/transam.h"
+#include "access/xact.h"
+#include "access/xloginsert.h"
+#include "catalog/dependency.h"
+#include "catalog/objectaccess.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_database.h"
+#include "commands/defrem.h"
+#include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "storage/smgr.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+
+typedef enum PendingKind
+{
+	PENDING_CREATED,			/* free on abort, make VALID on commit */
+	PENDING_DROP_TREE,			/* free on commit */
+	PENDING_DROP_DATABASE		/* free every tree of the database on commit */
+} PendingKind;
+
+typedef struct PendingAction
+{
+	PendingKind kind;
+	uint32		tree_no;
+	uint32		generation;
+	Oid			db_oid;
+	SubTransactionId subid;
+	struct PendingAction *next;
+} PendingAction;
+
+static PendingAction *pending_actions = NULL;
+static object_access_hook_type prev_object_access_hook = NULL;
+
+static void
+remember(PendingKind kind, uint32 tree_no, uint32 generation, Oid db_oid)
+{
+	PendingAction *p;
+
+	p = MemoryContextAlloc(TopTransactionContext, sizeof(PendingAction));
+	p->kind = kind;
+	p->tree_no = tree_no;
+	p->generation = generation;
+	p->db_oid = db_oid;
+	p->subid = GetCurrentSubTransactionId();
+	p->next = pending_actions;
+	pending_actions = p;
+}
+
+static void
+persist_u32(uint32 *field, uint32 value)
+{
+	*field = value;
+	amr_persist(field, sizeof(uint32));
+}
+
+/* Reset the DRAM descriptor of a tree and return its inner nodes. */
+void
+amr_tree_reset_dram(AmrTree *t)
+{
+	amr_tree_free_nodes(&amr_store, t);
+	__atomic_store_n(&t->nentries, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&t->nleaves, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&t->nsn, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&t->pinned, 0, __ATOMIC_RELAXED);
+}
+
+/*
+ * Free every leaf of a tree and its record.  The DROPPED state is persisted
+ * first, so a crash half-way is finished by the next reconciliation.  Runs in
+ * commit and abort callbacks: no ERROR, no palloc.
+ */
+void
+amr_tree_free_storage(uint32 tree_no)
+{
+	AmrStore   *s = &amr_store;
+	AmrTreeRecord *rec = &s->tree_records[tree_no];
+	AmrTree    *t = &s->trees[tree_no];
+	uint32		generation = rec->generation;
+	uint32		id;
+
+	if (rec->state == AMR_TREE_FREE)
+		return;
+	persist_u32(&rec->state, AMR_TREE_DROPPED);
+
+	/* publish lock first, as everywhere: amrtree_check sees no half state */
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+	for (id = 0; id < s->lt_capacity; id++)
+	{
+		AmrLeafTableEntry *e = &s->lt[id];
+		uint64		word = amr_lt_word(s, id);
+
+		if (AMR_WORD_TIER(word) == AMR_TIER_NONE ||
+			e->tree_no != tree_no || e->tree_generation != generation)
+			continue;
+		LWLockAcquire(amr_leaf_lock(id), LW_EXCLUSIVE);
+		word = amr_lt_release(s, id);
+		amr_free_slot(word);
+		amr_bitmap_clear(s->leaf_ids_used, id);
+		memset(&s->leaves[id], 0, sizeof(AmrLeafVolatile));
+		s->leaves[id].rightlink = AMR_INVALID_LEAF;
+		LWLockRelease(amr_leaf_lock(id));
+	}
+	amr_tree_reset_dram(t);
+	LWLockRelease(amr_tree_lock(t));
+	LWLockRelease(&amr_shared->publish_lock);
+
+	LWLockAcquire(&amr_shared->directory_lock, LW_EXCLUSIVE);
+	persist_u32(&rec->state, AMR_TREE_FREE);
+	LWLockRelease(&amr_shared->directory_lock);
+}
+
+static Oid
+index_tablespace(Relation index)
+{
+	return index->rd_node.spcNode;
+}
+
+uint32
+amr_tree_create(Relation index, bool unlogged)
+{
+	AmrStore   *s = &amr_store;
+	TransactionId xid = GetCurrentTransactionId();
+	uint32		tree_no = UINT32_MAX;
+	uint32		i;
+	AmrTreeRecord *rec;
+	AmrTree    *t;
+
+	amr_require_ready();
+
+	LWLockAcquire(&amr_shared->directory_lock, LW_EXCLUSIVE);
+	for (i = 0; i < AMR_MAX_TREES; i++)
+	{
+		if (s->tree_records[i].state == AMR_TREE_FREE)
+		{
+			tree_no = i;
+			break;
+		}
+	}
+	if (tree_no == UINT32_MAX)
+	{
+		LWLockRelease(&amr_shared->directory_lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("cannot create amrtree index \"%s\": the PMEM pool already holds %d indexes",
+						RelationGetRelationName(index), AMR_MAX_TREES),
+				 errhint("Drop unused amrtree indexes.")));
+	}
+
+	rec = &s->tree_records[tree_no];
+	rec->flags = unlogged ? AMR_TREE_FLAG_UNLOGGED : 0;
+	rec->db_oid = MyDatabaseId;
+	rec->spc_oid = index_tablespace(index);
+	rec->relfilenode = index->rd_node.relNode;
+	rec->index_oid = RelationGetRelid(index);
+	rec->create_xid = xid;
+	rec->generation++;
+	rec->create_lsn = amr_insert_lsn();
+	amr_persist(rec, sizeof(*rec));
+	persist_u32(&rec->state, AMR_TREE_BUILDING);
+
+	t = &s->trees[tree_no];
+	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+	amr_tree_reset_dram(t);
+	t->generation = rec->generation;
+	LWLockRelease(amr_tree_lock(t));
+
+	/*
+	 * An older tree of the same index (REINDEX, TRUNCATE, VACUUM FULL,
+	 * CLUSTER, or a rebuild in place of an index created in this same
+	 * transaction) is superseded once this transaction commits.
+	 */
+	for (i = 0; i < AMR_MAX_TREES; i++)
+	{
+		AmrTreeRecord *old = &s->tree_records[i];
+
+		if (i == tree_no ||
+			(old->state != AMR_TREE_VALID && old->state != AMR_TREE_BUILDING) ||
+			old->db_oid != MyDatabaseId)
+			continue;
+		if (old->index_oid == RelationGetRelid(index) ||
+			(old->relfilenode == rec->relfilenode && old->spc_oid == rec->spc_oid))
+			remember(PENDING_DROP_TREE, i, old->generation, InvalidOid);
+	}
+	LWLockRelease(&amr_shared->directory_lock);
+
+	remember(PENDING_CREATED, tree_no, rec->generation, InvalidOid);
+	return tree_no;
+}
+
+/* ---- metapage ---- */
+
+static void
+fill_metapage(Page page, uint32 tree_no, Relation index)
+{
+	AmrMetaPageData *meta;
+
+	PageInit(page, BLCKSZ, 0);
+	meta = (AmrMetaPageData *) PageGetContents(page);
+	memset(meta, 0, sizeof(*meta));
+	meta->magic = AMR_META_MAGIC;
+	meta->version = AMR_META_VERSION;
+	meta->pool_id = amr_shared->pool_id;
+	meta->tree_no = tree_no;
+	meta->tree_generation = amr_store.tree_records[tree_no].generation;
+	meta->db_oid = MyDatabaseId;
+	meta->relfilenode = index->rd_node.relNode;
+	((PageHeader) page)->pd_lower = ((char *) meta + sizeof(AmrMetaPageData)) - (char *) page;
+}
+
+void
+amr_metapage_write(Relation index, ForkNumber fork, uint32 tree_no)
+{
+	if (fork == MAIN_FORKNUM)
+	{
+		Buffer		buf;
+		Page		page;
+
+		buf = ReadBufferExtended(index, MAIN_FORKNUM,
+								 RelationGetNumberOfBlocks(index) == 0 ? P_NEW : 0,
+								 RBM_NORMAL, NULL);
+		LockBuffer(buf, BUFFER_LOCK_EXCLUSIVE);
+		page = BufferGetPage(buf);
+		START_CRIT_SECTION();
+		fill_metapage(page, tree_no, index);
+		MarkBufferDirty(buf);
+		if (RelationNeedsWAL(index))
+			log_newpage_buffer(buf, true);
+		END_CRIT_SECTION();
+		UnlockReleaseBuffer(buf);
+	}
+	else
+	{
+		PGAlignedBlock block;
+
+		fill_metapage((Page) block.data, tree_no, index);
+		PageSetChecksumInplace((Page) block.data, 0);
+		if (smgrnblocks(RelationGetSmgr(index), fork) == 0)
+			smgrextend(RelationGetSmgr(index), fork, 0, block.data, true);
+		else
+			smgrwrite(RelationGetSmgr(index), fork, 0, block.data, true);
+		log_newpage(&RelationGetSmgr(index)->smgr_rnode.node, fork, 0,
+					(Page) block.data, true);
+		smgrimmedsync(RelationGetSmgr(index), fork);
+	}
+}
+
+static void
+tree_missing(Relation index, const char *why)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("amrtree index \"%s\" has no tree in the PMEM pool",
+					RelationGetRelationName(index)),
+			 errdetail("%s", why),
+			 errhint("Rebuild it: REINDEX INDEX %s;",
+					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(index)),
+												RelationGetRelationName(index)))));
+}
+
+AmrTree *
+amr_tree_open_extended(Relation index, bool missing_ok)
+{
+	AmrRelCache *cache = (AmrRelCache *) index->rd_amcache;
+	AmrTreeRecord *rec;
+
+	amr_require_ready();
+
+	if (cache == NULL)
+	{
+		Buffer		buf;
+		AmrMetaPageData meta;
+
+		if (RelationGetNumberOfBlocks(index) == 0)
+		{
+			if (missing_ok)
+				return NULL;
+			tree_missing(index, "The index has no metapage.");
+		}
+		buf = ReadBuffer(index, 0);
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		memcpy(&meta, PageGetContents(BufferGetPage(buf)), sizeof(meta));
+		UnlockReleaseBuffer(buf);
+
+		if (meta.magic != AMR_META_MAGIC || meta.version != AMR_META_VERSION)
+			ereport(ERROR,
+					(errcode(ERRCODE_INDEX_CORRUPTED),
+					 errmsg("index \"%s\" is not an amrtree index or its metapage is damaged",
+							RelationGetRelationName(index)),
+					 errhint("REINDEX the index.")));
+		if (meta.pool_id != amr_shared->pool_id)
+		{
+			if (missing_ok)
+				return NULL;
+			tree_missing(index, "The index was built in a different PMEM pool (the pool was replaced, or the data directory was restored or upgraded).");
+		}
+		if (meta.tree_no >= AMR_MAX_TREES)
+			ereport(ERROR,
+					(errcode(ERRCODE_INDEX_CORRUPTED),
+					 errmsg("metapage of amrtree index \"%s\" names tree %u, beyond the directory",
+							RelationGetRelationName(index), meta.tree_no)));
+
+		cache = MemoryContextAlloc(index->rd_indexcxt, sizeof(AmrRelCache));
+		cache->tree_no = meta.tree_no;
+		cache->generation = meta.tree_generation;
+		index->rd_amcache = cache;
+	}
+
+	rec = &amr_store.tree_records[cache->tree_no];
+	if ((rec->state != AMR_TREE_VALID && rec->state != AMR_TREE_BUILDING) ||
+		rec->generation != cache->generation ||
+		rec->db_oid != MyDatabaseId ||
+		rec->relfilenode != index->rd_node.relNode ||
+		rec->spc_oid != index_tablespace(index))
+	{
+		if (missing_ok)
+			return NULL;
+		tree_missing(index, "The tree recorded in the metapage was dropped or belongs to other storage.");
+	}
+	return &amr_store.trees[cache->tree_no];
+}
+
+AmrTree *
+amr_tree_open(Relation index)
+{
+	return amr_tree_open_extended(index, false);
+}
+
+/* ---- drops ---- */
+
+static Oid
+amrtree_am_oid(void)
+{
+	return get_index_am_oid("amrtree", true);
+}
+
+static void
+remember_drop_of_index(Oid indexoid)
+{
+	HeapTuple	tup;
+	Form_pg_class cls;
+	Oid			am = amrtree_am_oid();
+	Oid			spc;
+	Oid			relfilenode;
+	uint32		i;
+
+	if (!OidIsValid(am) || amr_shared == NULL)
+		return;
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(indexoid));
+	if (!HeapTupleIsValid(tup))
+		return;
+	cls = (Form_pg_class) GETSTRUCT(tup);
+	if (cls->relkind != RELKIND_INDEX || cls->relam != am)
+	{
+		ReleaseSysCache(tup);
+		return;
+	}
+	spc = OidIsValid(cls->reltablespace) ? cls->reltablespace : MyDatabaseTableSpace;
+	relfilenode = cls->relfilenode;
+	ReleaseSysCache(tup);
+
+	LWLockAcquire(&amr_shared->directory_lock, LW_SHARED);
+	for (i = 0; i < AMR_MAX_TREES; i++)
+	{
+		AmrTreeRecord *rec = &amr_store.tree_records[i];
+
+		if ((rec->state == AMR_TREE_VALID || rec->state == AMR_TREE_BUILDING) &&
+			rec->db_oid == MyDatabaseId &&
+			(rec->index_oid == indexoid ||
+			 (rec->relfilenode == relfilenode && rec->spc_oid == spc)))
+			remember(PENDING_DROP_TREE, i, rec->generation, InvalidOid);
+	}
+	LWLockRelease(&amr_shared->directory_lock);
+}
+
+static void
+amr_object_access(ObjectAccessType access, Oid classId, Oid objectId,
+				  int subId, void *arg)
+{
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+
+	if (access != OAT_DROP || !amr_preloaded)
+		return;
+	if (classId == RelationRelationId && subId == 0)
+		remember_drop_of_index(objectId);
+	else if (classId == DatabaseRelationId)
+		remember(PENDING_DROP_DATABASE, 0, 0, objectId);
+}
+
+static void
+drop_database_trees(Oid db_oid)
+{
+	uint32		i;
+
+	for (i = 0; i < AMR_MAX_TREES; i++)
+	{
+		AmrTreeRecord *rec = &amr_store.tree_records[i];
+
+		if (rec->state != AMR_TREE_FREE && rec->db_oid == db_oid)
+			amr_tree_free_storage(i);
+	}
+}
+
+static bool
+tree_still_ours(const PendingAction *p)
+{
+	AmrTreeRecord *rec = &amr_store.tree_records[p->tree_no];
+
+	return rec->state != AMR_TREE_FREE && rec->generation == p->generation;
+}
+
+static void
+apply_commit(void)
+{
+	PendingAction *p;
+
+	/* drops first: a tree created and superseded in one transaction goes */
+	for (p = pending_actions; p; p = p->next)
+	{
+		if (p->kind == PENDING_DROP_TREE && tree_still_ours(p))
+			amr_tree_free_storage(p->tree_no);
+		else if (p->kind == PENDING_DROP_DATABASE)
+			drop_database_trees(p->db_oid);
+	}
+	for (p = pending_actions; p; p = p->next)
+	{
+		if (p->kind == PENDING_CREATED && tree_still_ours(p))
+		{
+			AmrTreeRecord *rec = &amr_store.tree_records[p->tree_no];
+
+			if (rec->state == AMR_TREE_BUILDING)
+				persist_u32(&rec->state, AMR_TREE_VALID);
+		}
+	}
+}
+
+static void
+apply_abort(SubTransactionId from_subid)
+{
+	PendingAction **link = &pending_actions;
+
+	while (*link)
+	{
+		PendingAction *p = *link;
+
+		if (from_subid != InvalidSubTransactionId && p->subid < from_subid)
+		{
+			link = &p->next;
+			continue;
+		}
+		if (p->kind == PENDING_CREATED && tree_still_ours(p))
+			amr_tree_free_storage(p->tree_no);
+		*link = p->next;
+	}
+}
+
+static void
+amr_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (pending_actions != NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that created or dropped an amrtree index")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (pending_actions != NULL && amr_shared != NULL)
+				apply_commit();
+			pending_actions = NULL;
+			amr_pins_release_all(InvalidSubTransactionId);
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			if (pending_actions != NULL && amr_shared != NULL)
+				apply_abort(InvalidSubTransactionId);
+			pending_actions = NULL;
+			amr_pins_release_all(InvalidSubTransactionId);
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+amr_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					 SubTransactionId parentSubid, void *arg)
+{
+	PendingAction *p;
+
+	switch (event)
+	{
+		case SUBXACT_EVENT_COMMIT_SUB:
+			for (p = pending_actions; p; p = p->next)
+				if (p->subid == mySubid)
+					p->subid = parentSubid;
+			break;
+		case SUBXACT_EVENT_ABORT_SUB:
+			if (amr_shared != NULL)
+				apply_abort(mySubid);
+			amr_pins_release_all(mySubid);
+			break;
+		default:
+			break;
+	}
+}
+
+void
+amr_directory_register_hooks(void)
+{
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = amr_object_access;
+	RegisterXactCallback(amr_xact_callback, NULL);
+	RegisterSubXactCallback(amr_subxact_callback, NULL);
+}

@@ -1,0 +1,343 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_funcs.c
+ *		SQL-callable functions: amrtree_check, amrtree_index_stats,
+ *		amrtree_pool_stats.
+ *
+ * Functions that look at one index require SELECT on its table, since they
+ * reveal what the index holds (counts, boxes).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amrtree.h"
+
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/index.h"
+#include "catalog/pg_authid.h"
+#include "commands/defrem.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+PG_FUNCTION_INFO_V1(amrtree_check);
+PG_FUNCTION_INFO_V1(amrtree_index_stats);
+PG_FUNCTION_INFO_V1(amrtree_pool_stats);
+
+/*
+ * Open an amrtree index for inspection, after checking that the caller may
+ * read its table.  The table is locked in "lockmode" and stays locked until
+ * the end of the transaction.
+ */
+static Relation
+open_amrtree_index(Oid indexoid, LOCKMODE lockmode)
+{
+	Oid			heapoid = IndexGetRelation(indexoid, true);
+	AclResult	aclresult;
+	Relation	heap;
+	Relation	index;
+
+	if (!OidIsValid(heapoid))
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("relation with OID %u is not an index", indexoid)));
+	aclresult = pg_class_aclcheck(heapoid, GetUserId(), ACL_SELECT);
+	if (aclresult != ACLCHECK_OK)
+		aclcheck_error(aclresult, OBJECT_TABLE, get_rel_name(heapoid));
+
+	heap = table_open(heapoid, lockmode);
+	index = index_open(indexoid, lockmode);
+	table_close(heap, NoLock);
+	if (index->rd_rel->relam != get_index_am_oid("amrtree", false))
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" is not an amrtree index",
+						RelationGetRelationName(index))));
+	return index;
+}
+
+static void
+corrupted(Relation index, const char *fmt,...) pg_attribute_printf(2, 3);
+
+static void
+corrupted(Relation index, const char *fmt,...)
+{
+	char		msg[1024];
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	ereport(ERROR,
+			(errcode(ERRCODE_INDEX_CORRUPTED),
+			 errmsg("amrtree index \"%s\" is broken: %s",
+					RelationGetRelationName(index), msg)));
+}
+
+/*
+ * Allocators against the Leaf Table, for the whole pool: every slot and
+ * leaf id that a word references is marked used, none is used twice, and
+ * nothing else is marked (a leak).  The publish lock in exclusive mode waits
+ * out every reservation that is not yet published.
+ */
+static void
+check_allocators(Relation index)
+{
+	AmrStore   *s = &amr_store;
+	uint8	   *slot_refs;
+	uint64		nodes_in_trees = 0;
+	uint32		id;
+	uint32		tn;
+
+	slot_refs = palloc_extended((Size) s->pmem_nslots + 1, MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+
+	LWLockAcquire(&amr_shared->publish_lock, LW_EXCLUSIVE);
+	for (id = 0; id < s->lt_capacity; id++)
+	{
+		uint64		word = amr_lt_word(s, id);
+		bool		used = AMR_WORD_TIER(word) != AMR_TIER_NONE;
+
+		if (used != amr_bitmap_test(s->leaf_ids_used, id))
+		{
+			LWLockRelease(&amr_shared->publish_lock);
+			corrupted(index, "leaf id %u is %s in the Leaf Table but %s in the leaf id bitmap",
+					  id, used ? "used" : "free", used ? "free" : "used");
+		}
+		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+		{
+			uint32		slot = AMR_WORD_SLOT(word);
+
+			if (slot >= s->pmem_nslots || slot_refs[slot])
+			{
+				LWLockRelease(&amr_shared->publish_lock);
+				corrupted(index, "PMEM slot %u is referenced by more than one leaf or is out of range (leaf %u)",
+						  slot, id);
+			}
+			slot_refs[slot] = 1;
+		}
+	}
+	for (id = 0; id < s->pmem_nslots; id++)
+	{
+		if ((slot_refs[id] != 0) != amr_bitmap_test(s->pmem_used, id))
+		{
+			LWLockRelease(&amr_shared->publish_lock);
+			corrupted(index, "PMEM slot %u is %s by the Leaf Table but %s in the free-slot bitmap%s",
+					  id, slot_refs[id] ? "referenced" : "not referenced",
+					  slot_refs[id] ? "free" : "allocated",
+					  slot_refs[id] ? "" : " (a leaked slot)");
+		}
+	}
+	for (tn = 0; tn < AMR_MAX_TREES; tn++)
+		nodes_in_trees += __atomic_load_n(&s->trees[tn].ninner, __ATOMIC_RELAXED);
+	if (nodes_in_trees != amr_bitmap_count(s->nodes_used))
+	{
+		uint64		used = amr_bitmap_count(s->nodes_used);
+
+		LWLockRelease(&amr_shared->publish_lock);
+		corrupted(index, "%llu inner nodes are allocated but the trees hold %llu",
+				  (unsigned long long) used, (unsigned long long) nodes_in_trees);
+	}
+	LWLockRelease(&amr_shared->publish_lock);
+	pfree(slot_refs);
+}
+
+/* Leaf images of one tree against the Leaf Table. */
+static void
+check_leaves(Relation index, AmrTree *t)
+{
+	AmrStore   *s = &amr_store;
+	uint64		entries = 0;
+	uint32		id;
+
+	for (id = 0; id < s->lt_capacity; id++)
+	{
+		AmrLeafTableEntry *e = &s->lt[id];
+		uint64		word = amr_lt_word(s, id);
+		AmrLeaf    *leaf;
+		AmrFBox		mbr;
+		bool		nulls;
+		uint64		i;
+
+		if ((id & 0xFFF) == 0)
+			CHECK_FOR_INTERRUPTS();
+		if (AMR_WORD_TIER(word) == AMR_TIER_NONE || e->tree_no != t->tree_no ||
+			e->tree_generation != t->generation)
+			continue;
+
+		LWLockAcquire(amr_leaf_lock(id), LW_SHARED);
+		word = amr_lt_word(s, id);
+		if (AMR_WORD_TIER(word) != AMR_TIER_PMEM || AMR_WORD_SLOT(word) >= s->pmem_nslots)
+		{
+			LWLockRelease(amr_leaf_lock(id));
+			corrupted(index, "leaf %u has Leaf Table word %016llx, which names no PMEM slot",
+					  id, (unsigned long long) word);
+		}
+		leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
+		nulls = (e->flags & AMR_LT_FLAG_NULLS) != 0;
+		mbr = amr_lt_mbr(s, id, word);
+		if (leaf->hdr.magic != AMR_LEAF_MAGIC || leaf->hdr.leaf_id != id ||
+			leaf->hdr.tree_no != t->tree_no ||
+			leaf->hdr.tree_generation != t->generation ||
+			leaf->hdr.version != AMR_WORD_VERSION(word) ||
+			leaf->hdr.nentries > AMR_LEAF_CAPACITY ||
+			((leaf->hdr.flags & AMR_LEAF_FLAG_NULLS) != 0) != nulls)
+		{
+			LWLockRelease(amr_leaf_lock(id));
+			corrupted(index, "the header of leaf %u (slot %u: magic 0x%08x, leaf %u, tree %u, version %u, %llu entries) does not match its Leaf Table entry (tree %u, version %u)",
+					  id, AMR_WORD_SLOT(word), leaf->hdr.magic, leaf->hdr.leaf_id,
+					  leaf->hdr.tree_no, leaf->hdr.version,
+					  (unsigned long long) leaf->hdr.nentries, t->tree_no,
+					  AMR_WORD_VERSION(word));
+		}
+		for (i = 0; i < leaf->hdr.nentries; i++)
+		{
+			const AmrLeafEntry *en = &leaf->entries[i];
+			bool		isnull = (en->flags & AMR_ENTRY_FLAG_NULL) != 0;
+
+			if (isnull != nulls)
+			{
+				LWLockRelease(amr_leaf_lock(id));
+				corrupted(index, "entry %llu of leaf %u is %s but the leaf holds %s keys",
+						  (unsigned long long) i, id, isnull ? "NULL" : "a box",
+						  nulls ? "NULL" : "box");
+			}
+			if (!isnull)
+			{
+				AmrFBox		b = amr_fbox_from_box(&en->key);
+
+				if (amr_box_has_nan(&en->key) || !amr_fbox_covers(&mbr, &b))
+				{
+					LWLockRelease(amr_leaf_lock(id));
+					corrupted(index, "entry %llu of leaf %u is not covered by the leaf's Leaf Table box",
+							  (unsigned long long) i, id);
+				}
+			}
+		}
+		entries += leaf->hdr.nentries;
+		LWLockRelease(amr_leaf_lock(id));
+	}
+	if (entries != __atomic_load_n(&t->nentries, __ATOMIC_RELAXED))
+		corrupted(index, "the leaves hold %llu entries but the tree counts %llu",
+				  (unsigned long long) entries,
+				  (unsigned long long) __atomic_load_n(&t->nentries, __ATOMIC_RELAXED));
+}
+
+Datum
+amrtree_check(PG_FUNCTION_ARGS)
+{
+	Oid			indexoid = PG_GETARG_OID(0);
+	Relation	index;
+	AmrTree    *t;
+	uint8	   *seen;
+	char		buf[1024];
+	const char *problem;
+
+	/* ShareUpdateExclusiveLock keeps VACUUM out; inserts wait on the tree */
+	index = open_amrtree_index(indexoid, ShareUpdateExclusiveLock);
+	t = amr_tree_open(index);
+
+	check_allocators(index);
+
+	seen = palloc_extended((Size) amr_store.lt_capacity + 1, MCXT_ALLOC_HUGE);
+	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+	problem = amr_check_tree(&amr_store, t, seen, buf, sizeof(buf));
+	if (problem != NULL)
+	{
+		LWLockRelease(amr_tree_lock(t));
+		corrupted(index, "%s", problem);
+	}
+	check_leaves(index, t);
+	LWLockRelease(amr_tree_lock(t));
+
+	pfree(seen);
+	index_close(index, NoLock);
+	PG_RETURN_BOOL(true);
+}
+
+Datum
+amrtree_index_stats(PG_FUNCTION_ARGS)
+{
+	Oid			indexoid = PG_GETARG_OID(0);
+	Relation	index;
+	AmrTree    *t;
+	TupleDesc	tupdesc;
+	Datum		values[7];
+	bool		nulls[7] = {0};
+	uint64		pmem_leaves = 0;
+	uint64		ssd_leaves = 0;
+	uint32		id;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	index = open_amrtree_index(indexoid, AccessShareLock);
+	t = amr_tree_open(index);
+
+	for (id = 0; id < amr_store.lt_capacity; id++)
+	{
+		const AmrLeafTableEntry *e = &amr_store.lt[id];
+		uint64		word = amr_lt_word(&amr_store, id);
+
+		if (e->tree_no != t->tree_no || e->tree_generation != t->generation)
+			continue;
+		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+			pmem_leaves++;
+		else if (AMR_WORD_TIER(word) == AMR_TIER_SSD)
+			ssd_leaves++;
+	}
+
+	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
+	values[0] = Int32GetDatum((int32) t->height);
+	values[1] = Int64GetDatum((int64) __atomic_load_n(&t->ninner, __ATOMIC_RELAXED));
+	LWLockRelease(amr_tree_lock(t));
+	values[2] = Int64GetDatum((int64) (pmem_leaves + ssd_leaves));
+	values[3] = Int64GetDatum((int64) __atomic_load_n(&t->nentries, __ATOMIC_RELAXED));
+	values[4] = Int64GetDatum((int64) (DatumGetInt64(values[1]) * sizeof(AmrInnerNode)));
+	values[5] = Int64GetDatum((int64) (pmem_leaves * AMR_SLOT_SIZE));
+	values[6] = Int64GetDatum((int64) (ssd_leaves * AMR_SLOT_SIZE));
+
+	index_close(index, NoLock);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+Datum
+amrtree_pool_stats(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[9];
+	bool		nulls[9] = {0};
+	StringInfoData desc;
+	uint32		tn;
+	int32		trees = 0;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	if (!has_privs_of_role(GetUserId(), ROLE_PG_MONITOR))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for function amrtree_pool_stats"),
+				 errhint("Only roles with privileges of pg_monitor may see pool statistics.")));
+	amr_require_ready();
+
+	for (tn = 0; tn < AMR_MAX_TREES; tn++)
+		if (amr_store.tree_records[tn].state == AMR_TREE_VALID ||
+			amr_store.tree_records[tn].state == AMR_TREE_BUILDING)
+			trees++;
+
+	initStringInfo(&desc);
+	amr_pool_describe(&desc);
+	values[0] = CStringGetTextDatum(desc.data);
+	values[1] = Int64GetDatum((int64) amr_store.pmem_nslots);
+	values[2] = Int64GetDatum((int64) amr_bitmap_count(amr_store.pmem_used));
+	values[3] = Int64GetDatum((int64) amr_store.lt_capacity);
+	values[4] = Int64GetDatum((int64) amr_bitmap_count(amr_store.leaf_ids_used));
+	values[5] = Int64GetDatum((int64) amr_store.nnodes);
+	values[6] = Int64GetDatum((int64) amr_bitmap_count(amr_store.nodes_used));
+	values[7] = Int32GetDatum(trees);
+	values[8] = Int64GetDatum((int64) pg_atomic_read_u64(&amr_shared->rebuilds));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}

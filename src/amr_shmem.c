@@ -1,0 +1,596 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_shmem.c
+ *		The DRAM tier (shared memory) and the PMEM pool.
+ *
+ * The pool is opened or created by the postmaster while it computes its
+ * shared memory request, before any child exists: libpmemobj's allocator and
+ * transactions are not safe across processes (DESIGN 2), so the postmaster is
+ * the only process that ever calls pmemobj_*.  Children inherit the mapping
+ * at the same address and touch the pool only through plain loads, stores
+ * and the flushes in core/amr_persist.c, allocating slots from bitmaps that
+ * live in shared memory.
+ *
+ * A pool that cannot be used (another cluster's, another format version, an
+ * unrelated file, no space) does not stop the server: it is reported at
+ * startup, and every use of an amrtree index raises an ERROR that repeats
+ * the reason.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amrtree.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <libpmem.h>
+#include <libpmemobj.h>
+
+#include "access/xlog.h"
+#include "common/controldata_utils.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/guc.h"
+
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+
+#define AMR_POOL_MIN_MB 32
+
+AmrSharedState *amr_shared = NULL;
+AmrStore	amr_store;
+LWLock	   *amr_tree_locks = NULL;
+LWLock	   *amr_leaf_locks = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* Postmaster-local pool state, inherited by every child through fork(). */
+static PMEMobjpool *pool = NULL;
+static AmrPoolStatus pool_status = AMR_POOL_NOT_CONFIGURED;
+static char pool_error_msg[256];
+static char pool_error_detail[1024];
+static char pool_error_hint[512];
+static char pool_media[128];
+static int	shmem_startups = 0;
+static bool control_file_clean = true;
+
+typedef struct AmrShmemLayout
+{
+	Size		total;
+	Size		off_tree_locks;
+	Size		off_trees;
+	Size		off_leaf_locks;
+	Size		off_leaves;
+	Size		off_pmem_bitmap;
+	Size		off_ids_bitmap;
+	Size		off_nodes_bitmap;
+	Size		off_nodes;
+	uint32		nnodes;
+} AmrShmemLayout;
+
+static void
+pool_fail(const char *msg, const char *detail, const char *hint)
+{
+	pool_status = AMR_POOL_FAILED;
+	strlcpy(pool_error_msg, msg, sizeof(pool_error_msg));
+	strlcpy(pool_error_detail, detail ? detail : "", sizeof(pool_error_detail));
+	strlcpy(pool_error_hint, hint ? hint : "", sizeof(pool_error_hint));
+	ereport(LOG,
+			(errmsg("amrtree: %s", pool_error_msg),
+			 pool_error_detail[0] ? errdetail("%s", pool_error_detail) : 0,
+			 pool_error_hint[0] ? errhint("%s", pool_error_hint) : 0));
+}
+
+const char *
+amr_pool_path_display(void)
+{
+	return amr_pmem_path ? amr_pmem_path : "(unset)";
+}
+
+static uint64
+random_pool_id(void)
+{
+	uint64		id = 0;
+
+	if (!pg_strong_random(&id, sizeof(id)))
+		id = ((uint64) time(NULL) << 32) ^ (uint64) getpid();
+	return id ? id : 1;
+}
+
+/* Make the default directory under the data directory (0700, like PGDATA). */
+static void
+ensure_parent_directory(const char *path)
+{
+	char		dir[MAXPGPATH];
+	char	   *slash;
+
+	strlcpy(dir, path, sizeof(dir));
+	slash = strrchr(dir, '/');
+	if (slash == NULL || slash == dir)
+		return;
+	*slash = '\0';
+	if (mkdir(dir, S_IRWXU) != 0 && errno != EEXIST)
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("amrtree: could not create directory \"%s\": %m", dir)));
+}
+
+static AmrPoolHeader *
+pool_header(PMEMobjpool *pop)
+{
+	PMEMoid		root = pmemobj_root(pop, 0);
+
+	if (OID_IS_NULL(root) || pmemobj_root_size(pop) < sizeof(AmrPoolHeader))
+		return NULL;
+	return (AmrPoolHeader *) pmemobj_direct(root);
+}
+
+/*
+ * Lay out a new pool: root header, tree directory, Leaf Table, slot area.
+ * The Leaf Table has one entry per slot: a leaf occupies exactly one slot,
+ * so the number of leaf ids can never exceed the number of slots.
+ */
+static bool
+pool_format(PMEMobjpool *pop, size_t pool_size, uint64 pool_id, uint64 created_at)
+{
+	PMEMoid		root,
+				trees,
+				lt,
+				slots;
+	AmrPoolHeader *hdr;
+	uint64		nslots;
+	uint64		lt_capacity;
+
+	root = pmemobj_root(pop, sizeof(AmrPoolHeader));
+	if (OID_IS_NULL(root))
+		return false;
+	hdr = (AmrPoolHeader *) pmemobj_direct(root);
+
+	if (pmemobj_zalloc(pop, &trees, sizeof(AmrTreeRecord) * AMR_MAX_TREES, 0) != 0)
+		return false;
+
+	/* first estimate: what is left after libpmemobj's own metadata */
+	nslots = (pool_size - Min(pool_size / 2, (size_t) 10 * 1024 * 1024)) /
+		(AMR_SLOT_SIZE + sizeof(AmrLeafTableEntry));
+	nslots = Min(nslots, (uint64) AMR_MAX_SLOTS);
+	lt_capacity = nslots;
+	while (pmemobj_zalloc(pop, &lt, lt_capacity * sizeof(AmrLeafTableEntry) + 64, 0) != 0)
+	{
+		lt_capacity = lt_capacity * 98 / 100;
+		if (lt_capacity < 16)
+			return false;
+	}
+	nslots = lt_capacity;
+	/* the slot area is aligned to AMR_SLOT_SIZE by hand, hence the extra slot */
+	while (pmemobj_alloc(pop, &slots, (nslots + 1) * AMR_SLOT_SIZE, 0, NULL, NULL) != 0)
+	{
+		nslots = nslots * 99 / 100;
+		if (nslots < 16)
+			return false;
+	}
+
+	memset(hdr, 0, sizeof(*hdr));
+	hdr->magic = AMR_POOL_MAGIC;
+	hdr->format_version = AMR_FORMAT_VERSION;
+	hdr->slot_size = AMR_SLOT_SIZE;
+	hdr->system_identifier = GetSystemIdentifier();
+	hdr->pool_id = pool_id;
+	hdr->created_at = created_at;
+	hdr->pmem_nslots = nslots;
+	hdr->lt_capacity = Min(lt_capacity, nslots);
+	hdr->max_trees = AMR_MAX_TREES;
+	hdr->slots_offset = TYPEALIGN(AMR_SLOT_SIZE, slots.off);
+	hdr->lt_offset = TYPEALIGN(64, lt.off);
+	hdr->trees_offset = trees.off;
+	pmemobj_persist(pop, hdr, sizeof(*hdr));
+	hdr->initialized = AMR_POOL_MAGIC;
+	pmemobj_persist(pop, &hdr->initialized, sizeof(hdr->initialized));
+	return true;
+}
+
+static PMEMobjpool *
+pool_create(const char *path, size_t size, uint64 pool_id, uint64 created_at)
+{
+	PMEMobjpool *pop;
+
+	pop = pmemobj_create(path, AMR_POOL_LAYOUT, size, S_IRUSR | S_IWUSR);
+	if (pop == NULL)
+	{
+		char		detail[1024];
+
+		snprintf(detail, sizeof(detail), "pmemobj_create(\"%s\", %zu MB) failed: %s",
+				 path, size >> 20, pmemobj_errormsg());
+		pool_fail("could not create the PMEM pool", detail,
+				  "Check that the directory of amrtree.pmem_path exists, is "
+				  "writable by the server, and has room for amrtree.pmem_size.");
+		return NULL;
+	}
+	if (!pool_format(pop, size, pool_id, created_at))
+	{
+		char		detail[1024];
+
+		snprintf(detail, sizeof(detail), "%zu MB leave no room for leaf slots: %s",
+				 size >> 20, pmemobj_errormsg());
+		pmemobj_close(pop);
+		unlink(path);
+		pool_fail("could not lay out the PMEM pool", detail,
+				  "Raise amrtree.pmem_size.");
+		return NULL;
+	}
+	return pop;
+}
+
+/*
+ * Enlarge a pool by copying it into a bigger one that keeps its identity,
+ * slot numbers and leaf ids, then renaming it over the old file.  A crash
+ * before the rename leaves the old pool untouched (and a stale ".grow" file
+ * that the next attempt removes).
+ */
+static PMEMobjpool *
+pool_grow(PMEMobjpool *old, const char *path, size_t new_size)
+{
+	AmrPoolHeader *oh = pool_header(old);
+	char		tmp[MAXPGPATH];
+	PMEMobjpool *pop;
+	AmrPoolHeader *nh;
+	char	   *ob = (char *) old;
+	char	   *nb;
+
+	snprintf(tmp, sizeof(tmp), "%s.grow", path);
+	unlink(tmp);
+	pop = pool_create(tmp, new_size, oh->pool_id, oh->created_at);
+	if (pop == NULL)
+		return NULL;
+	nh = pool_header(pop);
+	if (nh->pmem_nslots < oh->pmem_nslots || nh->lt_capacity < oh->lt_capacity)
+	{
+		pmemobj_close(pop);
+		unlink(tmp);
+		ereport(LOG,
+				(errmsg("amrtree: not enlarging pool \"%s\": %zu MB would not hold more slots",
+						path, new_size >> 20)));
+		return old;
+	}
+	nb = (char *) pop;
+	pmem_memcpy_persist(nb + nh->trees_offset, ob + oh->trees_offset,
+						sizeof(AmrTreeRecord) * AMR_MAX_TREES);
+	pmem_memcpy_persist(nb + nh->lt_offset, ob + oh->lt_offset,
+						sizeof(AmrLeafTableEntry) * oh->lt_capacity);
+	pmem_memcpy_persist(nb + nh->slots_offset, ob + oh->slots_offset,
+						(size_t) oh->pmem_nslots * AMR_SLOT_SIZE);
+	if (!pmem_is_pmem(nb, new_size))
+		pmem_msync(nb, new_size);
+	pmemobj_close(pop);
+	if (rename(tmp, path) != 0)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("amrtree: could not rename \"%s\" to \"%s\": %m", tmp, path)));
+		unlink(tmp);
+		return old;
+	}
+	pmemobj_close(old);
+	pop = pmemobj_open(path, AMR_POOL_LAYOUT);
+	if (pop != NULL)
+		ereport(LOG,
+				(errmsg("amrtree: enlarged PMEM pool \"%s\" to %zu MB", path, new_size >> 20)));
+	return pop;
+}
+
+/* Decide how stores reach durability on this pool's medium. */
+static void
+choose_persistence(const char *path, void *base, size_t len)
+{
+	struct statfs fs;
+	bool		is_pmem = pmem_is_pmem(base, len) != 0;
+	bool		on_tmpfs = statfs(path, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+	AmrPersistMode mode = (AmrPersistMode) amr_persist_mode_setting;
+
+	if (is_pmem)
+		strlcpy(pool_media, "persistent memory (DAX)", sizeof(pool_media));
+	else if (on_tmpfs)
+		strlcpy(pool_media, "DRAM-backed tmpfs (emulated PMEM: survives process crashes, not power loss)",
+				sizeof(pool_media));
+	else
+	{
+		strlcpy(pool_media, "a disk file (persisted with msync)", sizeof(pool_media));
+		if (mode != AMR_PERSIST_NOP)
+			mode = AMR_PERSIST_MSYNC;
+	}
+	amr_persist_init(mode);
+}
+
+static void
+pool_open_or_create(void)
+{
+	const char *path = amr_pmem_path;
+	size_t		want = (size_t) Max(amr_pmem_size_mb, AMR_POOL_MIN_MB) * 1024 * 1024;
+	struct stat st;
+	AmrPoolHeader *hdr;
+	char		detail[1024];
+
+	if (path == NULL || path[0] == '\0')
+	{
+		pool_fail("amrtree.pmem_path is empty", NULL,
+				  "Set amrtree.pmem_path in postgresql.conf and restart the server.");
+		return;
+	}
+
+	if (stat(path, &st) != 0)
+	{
+		if (errno != ENOENT)
+		{
+			snprintf(detail, sizeof(detail), "stat(\"%s\") failed: %s", path, strerror(errno));
+			pool_fail("could not access the PMEM pool", detail, NULL);
+			return;
+		}
+		ensure_parent_directory(path);
+		pool = pool_create(path, want, random_pool_id(), (uint64) time(NULL));
+		if (pool == NULL)
+			return;
+		ereport(LOG, (errmsg("amrtree: created PMEM pool \"%s\" (%zu MB)", path, want >> 20)));
+	}
+	else
+	{
+		pool = pmemobj_open(path, AMR_POOL_LAYOUT);
+		if (pool == NULL)
+		{
+			snprintf(detail, sizeof(detail), "pmemobj_open(\"%s\") failed: %s",
+					 path, pmemobj_errormsg());
+			pool_fail("could not open the PMEM pool", detail,
+					  "The file is not an amrtree pool, or another server has it "
+					  "open.  Stop that server, or move the file away (its indexes "
+					  "then need REINDEX), or point amrtree.pmem_path elsewhere.");
+			return;
+		}
+		hdr = pool_header(pool);
+		if (hdr == NULL || hdr->initialized != AMR_POOL_MAGIC)
+		{
+			/* creation never finished: nothing can reference this pool */
+			ereport(LOG,
+					(errmsg("amrtree: PMEM pool \"%s\" was never completely created; recreating it",
+							path)));
+			pmemobj_close(pool);
+			unlink(path);
+			pool = pool_create(path, want, random_pool_id(), (uint64) time(NULL));
+			if (pool == NULL)
+				return;
+			hdr = pool_header(pool);
+		}
+		if (hdr->magic != AMR_POOL_MAGIC || hdr->format_version != AMR_FORMAT_VERSION ||
+			hdr->slot_size != AMR_SLOT_SIZE)
+		{
+			snprintf(detail, sizeof(detail),
+					 "The pool has format version %u and slot size %u; this build of amrtree uses version %u and slot size %u.",
+					 hdr->format_version, hdr->slot_size, AMR_FORMAT_VERSION, AMR_SLOT_SIZE);
+			pmemobj_close(pool);
+			pool = NULL;
+			pool_fail("the PMEM pool has an incompatible format", detail,
+					  "Move the pool file away and restart; then REINDEX every amrtree index.");
+			return;
+		}
+		if (hdr->system_identifier != GetSystemIdentifier())
+		{
+			snprintf(detail, sizeof(detail),
+					 "The pool belongs to the cluster with system identifier " UINT64_FORMAT
+					 ", this cluster's is " UINT64_FORMAT ".",
+					 hdr->system_identifier, GetSystemIdentifier());
+			pmemobj_close(pool);
+			pool = NULL;
+			pool_fail("the PMEM pool belongs to another cluster", detail,
+					  "Point amrtree.pmem_path at this cluster's own pool, or move "
+					  "the foreign file away and restart; then REINDEX every amrtree index.");
+			return;
+		}
+		if (st.st_size > 0 && (size_t) st.st_size < want)
+		{
+			PMEMobjpool *grown = pool_grow(pool, path, want);
+
+			if (grown == NULL)
+			{
+				/* the old pool was closed only if the rename succeeded */
+				pool = pmemobj_open(path, AMR_POOL_LAYOUT);
+				if (pool == NULL)
+				{
+					snprintf(detail, sizeof(detail), "%s", pmemobj_errormsg());
+					pool_fail("could not reopen the PMEM pool", detail, NULL);
+					return;
+				}
+			}
+			else
+				pool = grown;
+		}
+	}
+
+	hdr = pool_header(pool);
+	amr_store.pool_base = (char *) pool;
+	amr_store.header = hdr;
+	amr_store.pmem_slots = (char *) pool + hdr->slots_offset;
+	amr_store.pmem_nslots = (uint32) hdr->pmem_nslots;
+	amr_store.lt = (AmrLeafTableEntry *) ((char *) pool + hdr->lt_offset);
+	amr_store.lt_capacity = (uint32) hdr->lt_capacity;
+	amr_store.tree_records = (AmrTreeRecord *) ((char *) pool + hdr->trees_offset);
+	choose_persistence(path, amr_store.pmem_slots,
+					   (size_t) amr_store.pmem_nslots * AMR_SLOT_SIZE);
+	pool_status = AMR_POOL_READY;
+	ereport(LOG,
+			(errmsg("amrtree: PMEM pool \"%s\": %u leaf slots of %d bytes, Leaf Table of %u entries, on %s; persisting with %s",
+					path, amr_store.pmem_nslots, AMR_SLOT_SIZE, amr_store.lt_capacity,
+					pool_media, amr_persist_describe())));
+}
+
+void
+amr_pool_describe(StringInfo buf)
+{
+	appendStringInfo(buf, "%s on %s, persisting with %s", amr_pool_path_display(),
+					 pool_media, amr_persist_describe());
+}
+
+static void
+compute_layout(AmrShmemLayout *l)
+{
+	uint32		lt = pool_status == AMR_POOL_READY ? amr_store.lt_capacity : 0;
+	uint32		slots = pool_status == AMR_POOL_READY ? amr_store.pmem_nslots : 0;
+	Size		off = MAXALIGN(sizeof(AmrSharedState));
+	Size		node_bytes;
+
+	l->off_tree_locks = off;
+	off = CACHELINEALIGN(off + sizeof(LWLock) * AMR_MAX_TREES);
+	l->off_trees = off;
+	off = CACHELINEALIGN(off + sizeof(AmrTree) * AMR_MAX_TREES);
+	l->off_leaf_locks = off;
+	off = CACHELINEALIGN(off + sizeof(LWLock) * (Size) lt);
+	l->off_leaves = off;
+	off = CACHELINEALIGN(off + sizeof(AmrLeafVolatile) * (Size) lt);
+	l->off_pmem_bitmap = off;
+	off = CACHELINEALIGN(off + amr_bitmap_size(slots));
+	l->off_ids_bitmap = off;
+	off = CACHELINEALIGN(off + amr_bitmap_size(lt));
+
+	/* inner nodes: amrtree.dram_size */
+	node_bytes = pool_status == AMR_POOL_READY ? (Size) amr_dram_size_mb * 1024 * 1024 : 0;
+	l->nnodes = (uint32) Min(node_bytes / sizeof(AmrInnerNode), (Size) UINT32_MAX - 1);
+	l->off_nodes_bitmap = off;
+	off = CACHELINEALIGN(off + amr_bitmap_size(l->nnodes));
+	l->off_nodes = off;
+	off = CACHELINEALIGN(off + sizeof(AmrInnerNode) * (Size) l->nnodes);
+	l->total = off;
+}
+
+static void
+amr_shmem_request(void)
+{
+	AmrShmemLayout layout;
+	bool		crc_ok = false;
+	ControlFileData *cf;
+
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+
+	/*
+	 * Whether this start follows a crash decides whether unlogged trees are
+	 * emptied (PostgreSQL resets unlogged relations in the same case).
+	 */
+	cf = get_controlfile(DataDir, &crc_ok);
+	control_file_clean = crc_ok && (cf->state == DB_SHUTDOWNED ||
+									cf->state == DB_SHUTDOWNED_IN_RECOVERY);
+	pfree(cf);
+
+	pool_open_or_create();
+	compute_layout(&layout);
+	RequestAddinShmemSpace(layout.total);
+}
+
+static void
+amr_shmem_startup(void)
+{
+	AmrShmemLayout layout;
+	bool		found;
+	char	   *base;
+	uint32		i;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	compute_layout(&layout);
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	base = ShmemInitStruct("amrtree", layout.total, &found);
+	amr_shared = (AmrSharedState *) base;
+	amr_tree_locks = (LWLock *) (base + layout.off_tree_locks);
+	amr_leaf_locks = (LWLock *) (base + layout.off_leaf_locks);
+	amr_store.trees = (AmrTree *) (base + layout.off_trees);
+	amr_store.leaves = (AmrLeafVolatile *) (base + layout.off_leaves);
+	amr_store.pmem_used = (AmrBitmap *) (base + layout.off_pmem_bitmap);
+	amr_store.ssd_used = NULL;
+	amr_store.leaf_ids_used = (AmrBitmap *) (base + layout.off_ids_bitmap);
+	amr_store.nodes_used = (AmrBitmap *) (base + layout.off_nodes_bitmap);
+	amr_store.nodes = (AmrInnerNode *) (base + layout.off_nodes);
+	amr_store.nnodes = layout.nnodes;
+
+	if (!found)
+	{
+		uint32		lt = pool_status == AMR_POOL_READY ? amr_store.lt_capacity : 0;
+		uint32		slots = pool_status == AMR_POOL_READY ? amr_store.pmem_nslots : 0;
+
+		memset(amr_shared, 0, sizeof(AmrSharedState));
+		amr_shared->tree_tranche = LWLockNewTrancheId();
+		amr_shared->leaf_tranche = LWLockNewTrancheId();
+		LWLockInitialize(&amr_shared->directory_lock, amr_shared->tree_tranche);
+		LWLockInitialize(&amr_shared->attach_lock, amr_shared->tree_tranche);
+		LWLockInitialize(&amr_shared->publish_lock, amr_shared->tree_tranche);
+		pg_atomic_init_u32(&amr_shared->attached, 0);
+		pg_atomic_init_u64(&amr_shared->rebuilds, 0);
+		/* a restart of the postmaster's children is always a crash */
+		amr_shared->unclean_start = !control_file_clean || shmem_startups > 0;
+		amr_shared->pool_id = pool_status == AMR_POOL_READY ? amr_store.header->pool_id : 0;
+
+		for (i = 0; i < AMR_MAX_TREES; i++)
+		{
+			LWLockInitialize(&amr_tree_locks[i], amr_shared->tree_tranche);
+			memset(&amr_store.trees[i], 0, sizeof(AmrTree));
+			amr_store.trees[i].tree_no = i;
+			amr_store.trees[i].root = AMR_INVALID_NODE;
+			amr_store.trees[i].null_root = AMR_INVALID_NODE;
+		}
+		for (i = 0; i < lt; i++)
+			LWLockInitialize(&amr_leaf_locks[i], amr_shared->leaf_tranche);
+		memset(amr_store.leaves, 0, sizeof(AmrLeafVolatile) * (Size) lt);
+		amr_bitmap_init(amr_store.pmem_used, slots);
+		amr_bitmap_init(amr_store.leaf_ids_used, lt);
+		amr_bitmap_init(amr_store.nodes_used, layout.nnodes);
+	}
+	LWLockRelease(AddinShmemInitLock);
+
+	LWLockRegisterTranche(amr_shared->tree_tranche, "amrtree_tree");
+	LWLockRegisterTranche(amr_shared->leaf_tranche, "amrtree_leaf");
+	shmem_startups++;
+}
+
+void
+amr_shmem_init_hooks(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = amr_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = amr_shmem_startup;
+}
+
+void
+amr_require_ready(void)
+{
+	if (!amr_preloaded || amr_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("amrtree must be loaded via shared_preload_libraries"),
+				 errhint("Add amrtree to shared_preload_libraries in postgresql.conf and restart the server.")));
+	if (pool_status != AMR_POOL_READY)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("amrtree PMEM pool \"%s\" is not usable: %s",
+						amr_pool_path_display(), pool_error_msg),
+				 pool_error_detail[0] ? errdetail("%s", pool_error_detail) : 0,
+				 pool_error_hint[0] ? errhint("%s", pool_error_hint) : 0));
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("amrtree indexes cannot be used during recovery"),
+				 errdetail("amrtree leaves live outside the WAL, so a hot standby has none."),
+				 errhint("Run the query on the primary; after promoting this server, REINDEX its amrtree indexes.")));
+
+	if (pg_atomic_read_u32(&amr_shared->attached) != 0)
+		return;
+	LWLockAcquire(&amr_shared->attach_lock, LW_EXCLUSIVE);
+	if (pg_atomic_read_u32(&amr_shared->attached) == 0)
+	{
+		amr_reconcile();
+		pg_atomic_write_u32(&amr_shared->attached, 1);
+	}
+	LWLockRelease(&amr_shared->attach_lock);
+}

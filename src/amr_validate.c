@@ -1,0 +1,163 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_validate.c
+ *		amvalidate: check an operator class definition.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amrtree.h"
+
+#include "access/amvalidate.h"
+#include "access/htup_details.h"
+#include "catalog/pg_amop.h"
+#include "catalog/pg_amproc.h"
+#include "catalog/pg_opclass.h"
+#include "catalog/pg_opfamily.h"
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/regproc.h"
+#include "utils/syscache.h"
+
+/*
+ * Search operators take strategies 1-12 and return bool.  Support function 1
+ * (optional, for lossy opclasses of other types) maps the indexed type to a
+ * box.  Strategy 15 is reserved for the distance operator of KNN search.
+ */
+bool
+amrvalidate(Oid opclassoid)
+{
+	bool		result = true;
+	HeapTuple	classtup;
+	Form_pg_opclass classform;
+	Oid			opfamilyoid;
+	Oid			opcintype;
+	char	   *opclassname;
+	HeapTuple	familytup;
+	Form_pg_opfamily familyform;
+	char	   *opfamilyname;
+	CatCList   *proclist,
+			   *oprlist;
+	int			i;
+	bool		have_overlap = false;
+
+	classtup = SearchSysCache1(CLAOID, ObjectIdGetDatum(opclassoid));
+	if (!HeapTupleIsValid(classtup))
+		elog(ERROR, "cache lookup failed for operator class %u", opclassoid);
+	classform = (Form_pg_opclass) GETSTRUCT(classtup);
+	opfamilyoid = classform->opcfamily;
+	opcintype = classform->opcintype;
+	opclassname = NameStr(classform->opcname);
+
+	familytup = SearchSysCache1(OPFAMILYOID, ObjectIdGetDatum(opfamilyoid));
+	if (!HeapTupleIsValid(familytup))
+		elog(ERROR, "cache lookup failed for operator family %u", opfamilyoid);
+	familyform = (Form_pg_opfamily) GETSTRUCT(familytup);
+	opfamilyname = NameStr(familyform->opfname);
+
+	oprlist = SearchSysCacheList1(AMOPSTRATEGY, ObjectIdGetDatum(opfamilyoid));
+	proclist = SearchSysCacheList1(AMPROCNUM, ObjectIdGetDatum(opfamilyoid));
+
+	for (i = 0; i < proclist->n_members; i++)
+	{
+		HeapTuple	proctup = &proclist->members[i]->tuple;
+		Form_pg_amproc procform = (Form_pg_amproc) GETSTRUCT(proctup);
+		bool		ok;
+
+		if (procform->amprocnum != 1)
+		{
+			ereport(INFO,
+					(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+					 errmsg("operator family \"%s\" of access method %s contains function %s with invalid support number %d",
+							opfamilyname, "amrtree",
+							format_procedure(procform->amproc),
+							procform->amprocnum)));
+			result = false;
+			continue;
+		}
+		ok = check_amproc_signature(procform->amproc, BOXOID, true, 1, 1,
+									procform->amproclefttype);
+		if (!ok)
+		{
+			ereport(INFO,
+					(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+					 errmsg("operator family \"%s\" of access method %s contains function %s with wrong signature for support number %d",
+							opfamilyname, "amrtree",
+							format_procedure(procform->amproc),
+							procform->amprocnum)));
+			result = false;
+		}
+	}
+
+	for (i = 0; i < oprlist->n_members; i++)
+	{
+		HeapTuple	oprtup = &oprlist->members[i]->tuple;
+		Form_pg_amop oprform = (Form_pg_amop) GETSTRUCT(oprtup);
+
+		if (oprform->amoppurpose == AMOP_SEARCH)
+		{
+			if (oprform->amopstrategy < 1 || oprform->amopstrategy > AMR_NUM_STRATEGIES)
+			{
+				ereport(INFO,
+						(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+						 errmsg("operator family \"%s\" of access method %s contains operator %s with invalid strategy number %d",
+								opfamilyname, "amrtree",
+								format_operator(oprform->amopopr),
+								oprform->amopstrategy)));
+				result = false;
+				continue;
+			}
+			if (OidIsValid(oprform->amopsortfamily) ||
+				!check_amop_signature(oprform->amopopr, BOOLOID,
+									  oprform->amoplefttype,
+									  oprform->amoprighttype) ||
+				oprform->amoprighttype != BOXOID)
+			{
+				ereport(INFO,
+						(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+						 errmsg("operator family \"%s\" of access method %s contains operator %s with wrong signature",
+								opfamilyname, "amrtree",
+								format_operator(oprform->amopopr))));
+				result = false;
+			}
+			if (oprform->amopstrategy == AMR_STRAT_OVERLAP)
+				have_overlap = true;
+		}
+		else
+		{
+			/* ordering operators arrive with KNN support */
+			ereport(INFO,
+					(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+					 errmsg("operator family \"%s\" of access method %s contains ordering operator %s, which amrtree does not support yet",
+							opfamilyname, "amrtree",
+							format_operator(oprform->amopopr))));
+			result = false;
+		}
+	}
+
+	if (!have_overlap)
+	{
+		ereport(INFO,
+				(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+				 errmsg("operator class \"%s\" of access method %s is missing the overlap operator (strategy %d)",
+						opclassname, "amrtree", AMR_STRAT_OVERLAP)));
+		result = false;
+	}
+
+	/* the indexed type must be box, unless support function 1 maps it */
+	if (opcintype != BOXOID && proclist->n_members == 0)
+	{
+		ereport(INFO,
+				(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+				 errmsg("operator class \"%s\" of access method %s indexes type %s but has no support function 1 to map it to box",
+						opclassname, "amrtree", format_type_be(opcintype))));
+		result = false;
+	}
+
+	ReleaseCatCacheList(proclist);
+	ReleaseCatCacheList(oprlist);
+	ReleaseSysCache(familytup);
+	ReleaseSysCache(classtup);
+
+	return result;
+}

@@ -1,0 +1,191 @@
+/*-------------------------------------------------------------------------
+ *
+ * amrtree.h
+ *		Declarations shared by the PostgreSQL side of amrtree (the index AM
+ *		glue, shared memory, the pool, the tree directory).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef AMRTREE_H
+#define AMRTREE_H
+
+#include "postgres.h"
+
+#include "access/amapi.h"
+#include "access/genam.h"
+#include "access/xlogdefs.h"
+#include "nodes/pathnodes.h"
+#include "port/atomics.h"
+#include "common/relpath.h"
+#include "lib/stringinfo.h"
+#include "storage/lwlock.h"
+#include "utils/relcache.h"
+
+#include "core/amr_format.h"
+#include "core/amr_persist.h"
+#include "core/amr_tree.h"
+
+#define AMRTREE_EXTENSION_VERSION "0.1"
+
+/* ---- GUCs (amrtree.c) ---- */
+extern int	amr_dram_size_mb;
+extern char *amr_pmem_path;
+extern int	amr_pmem_size_mb;
+extern int	amr_persist_mode_setting;
+
+/* True once _PG_init ran inside shared_preload_libraries. */
+extern bool amr_preloaded;
+
+/* ---- reloptions ---- */
+typedef struct AmrOptions
+{
+	int32		vl_len_;		/* varlena header (do not touch directly!) */
+} AmrOptions;
+
+/* ---- shared state (amr_shmem.c) ---- */
+
+typedef enum AmrPoolStatus
+{
+	AMR_POOL_NOT_CONFIGURED = 0,	/* not preloaded: no shared memory */
+	AMR_POOL_READY,
+	AMR_POOL_FAILED				/* opening or creating the pool failed */
+} AmrPoolStatus;
+
+typedef struct AmrSharedState
+{
+	LWLock		directory_lock; /* tree directory: create, drop, lookup */
+	LWLock		attach_lock;	/* serialises the startup reconciliation */
+	LWLock		publish_lock;	/* shared by slot reservations that are not
+								 * yet published; exclusive for a consistent
+								 * allocator check */
+	pg_atomic_uint32 attached;	/* reconciliation done since (re)start */
+	bool		unclean_start;	/* crash recovery preceded this start */
+	int			tree_tranche;
+	int			leaf_tranche;
+	uint64		pool_id;
+	/* counters for amrtree_index_stats / monitoring */
+	pg_atomic_uint64 rebuilds;
+} AmrSharedState;
+
+extern AmrSharedState *amr_shared;
+extern AmrStore amr_store;
+extern LWLock *amr_tree_locks;
+extern LWLock *amr_leaf_locks;
+
+extern void amr_shmem_init_hooks(void);
+extern const char *amr_pool_path_display(void);
+extern void amr_pool_describe(StringInfo buf);
+
+/*
+ * Everything that touches an index starts here: errors out (with the reason)
+ * when amrtree was not preloaded, the pool could not be opened, or the
+ * server is a hot standby; on first use after a (re)start it reconciles the
+ * pool and rebuilds the inner nodes from the Leaf Table.
+ */
+extern void amr_require_ready(void);
+
+/* ---- reconciliation (amr_reconcile.c) ---- */
+extern void amr_reconcile(void);
+
+/* ---- tree directory and lifecycle (amr_directory.c) ---- */
+
+#define AMR_META_MAGIC		0x4d524d41	/* "AMRM" */
+#define AMR_META_VERSION	1
+
+typedef struct AmrMetaPageData
+{
+	uint32		magic;
+	uint32		version;
+	uint64		pool_id;
+	uint32		tree_no;
+	uint32		tree_generation;
+	Oid			db_oid;
+	Oid			relfilenode;
+} AmrMetaPageData;
+
+/* What a backend caches in rd_amcache once the metapage was read. */
+typedef struct AmrRelCache
+{
+	uint32		tree_no;
+	uint32		generation;
+} AmrRelCache;
+
+extern uint32 amr_tree_create(Relation index, bool unlogged);
+extern void amr_metapage_write(Relation index, ForkNumber fork, uint32 tree_no);
+extern AmrTree *amr_tree_open(Relation index);
+extern AmrTree *amr_tree_open_extended(Relation index, bool missing_ok);
+extern void amr_directory_register_hooks(void);
+extern void amr_tree_free_storage(uint32 tree_no);
+extern void amr_tree_reset_dram(AmrTree *t);
+
+static inline LWLock *
+amr_tree_lock(const AmrTree *t)
+{
+	return &amr_tree_locks[t->tree_no];
+}
+
+static inline LWLock *
+amr_leaf_lock(uint32 leaf_id)
+{
+	return &amr_leaf_locks[leaf_id];
+}
+
+/* ---- leaf storage (amr_leafio.c) ---- */
+
+extern void amr_report_status(AmrStatus st, Relation index);
+extern uint32 amr_alloc_leaf_id(Relation index);
+extern uint32 amr_alloc_pmem_slot(Relation index);
+extern void amr_free_slot(uint64 word);
+extern AmrLeaf *amr_leaf_resolve(Relation index, AmrTree *t, uint32 leaf_id,
+								 uint64 *word_out);
+extern void amr_leaf_access(uint32 leaf_id);
+
+/* pins taken by scans whose returned TIDs VACUUM must not outrun */
+extern void amr_pin_leaf(AmrTree *t, uint32 leaf_id);
+extern void amr_unpin_leaf(AmrTree *t, uint32 leaf_id);
+extern void amr_wait_for_unpin(AmrTree *t, uint32 leaf_id);
+extern void amr_pins_release_all(SubTransactionId subid);
+
+/* ---- AM callbacks ---- */
+extern IndexBuildResult *amrbuild(Relation heap, Relation index,
+								  struct IndexInfo *indexInfo);
+extern void amrbuildempty(Relation index);
+extern char *amrbuildphasename(int64 phasenum);
+extern bool amrinsert(Relation index, Datum *values, bool *isnull,
+					  ItemPointer ht_ctid, Relation heapRel,
+					  IndexUniqueCheck checkUnique, bool indexUnchanged,
+					  struct IndexInfo *indexInfo);
+extern void amr_insert_entry(Relation index, AmrTree *t,
+							 const AmrLeafEntry *entry);
+extern IndexScanDesc amrbeginscan(Relation r, int nkeys, int norderbys);
+extern void amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
+					  ScanKey orderbys, int norderbys);
+extern bool amrgettuple(IndexScanDesc scan, ScanDirection dir);
+extern int64 amrgetbitmap(IndexScanDesc scan, TIDBitmap *tbm);
+extern void amrendscan(IndexScanDesc scan);
+extern bool amrcanreturn(Relation index, int attno);
+extern IndexBulkDeleteResult *amrbulkdelete(IndexVacuumInfo *info,
+											IndexBulkDeleteResult *stats,
+											IndexBulkDeleteCallback callback,
+											void *callback_state);
+extern IndexBulkDeleteResult *amrvacuumcleanup(IndexVacuumInfo *info,
+											   IndexBulkDeleteResult *stats);
+extern void amrcostestimate(PlannerInfo *root, IndexPath *path,
+							double loop_count, Cost *indexStartupCost,
+							Cost *indexTotalCost, Selectivity *indexSelectivity,
+							double *indexCorrelation, double *indexPages);
+extern bool amrvalidate(Oid opclassoid);
+extern bytea *amroptions(Datum reloptions, bool validate);
+
+/* ---- keys ---- */
+
+/*
+ * Turn a box datum into a leaf key, rejecting what an R-tree cannot order:
+ * NaN coordinates.  Infinite coordinates are accepted.
+ */
+extern void amr_box_from_datum(Relation index, Datum d, AmrBox *out);
+
+/* current WAL insert position, recorded in every entry (DESIGN 5) */
+extern XLogRecPtr amr_insert_lsn(void);
+
+#endif							/* AMRTREE_H */

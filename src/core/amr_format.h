@@ -1,0 +1,166 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_format.h
+ *		Persistent formats: the pool header, the tree directory, the Leaf
+ *		Table, and the leaf image shared by the PMEM and SSD tiers.
+ *
+ * Everything here is position independent (offsets, never pointers) and
+ * little-endian x86-64 layout.  Changing any of it means bumping
+ * AMR_FORMAT_VERSION; a pool of another version is refused at startup.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef AMR_FORMAT_H
+#define AMR_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "amr_geom.h"
+
+#define AMR_POOL_LAYOUT			"amrtree"
+#define AMR_POOL_MAGIC			UINT64_C(0x3145455254524d41)	/* "AMRTREE1" */
+#define AMR_FORMAT_VERSION		1
+
+/* Leaves occupy fixed slots of this size on both tiers (O_DIRECT aligned). */
+#define AMR_SLOT_SIZE			4096
+
+/* Capacity of the tree directory; a pool serves at most this many indexes. */
+#define AMR_MAX_TREES			4096
+
+/*
+ * The pool header is libpmemobj's root object.  It is written once, when the
+ * pool is created, and persisted with "initialized" stored last, so a pool
+ * whose creation was interrupted is recognisably empty.
+ */
+typedef struct AmrPoolHeader
+{
+	uint64_t	magic;
+	uint32_t	format_version;
+	uint32_t	slot_size;
+	uint64_t	system_identifier;	/* pg_control's; a foreign pool is refused */
+	uint64_t	pool_id;		/* random; recorded in every metapage */
+	uint64_t	created_at;		/* seconds since the Unix epoch */
+	uint64_t	pmem_nslots;	/* leaf slots in this pool */
+	uint64_t	lt_capacity;	/* Leaf Table entries (leaf ids) */
+	uint32_t	max_trees;
+	uint32_t	reserved0;
+	uint64_t	slots_offset;	/* byte offsets from the start of the pool */
+	uint64_t	lt_offset;
+	uint64_t	trees_offset;
+	uint64_t	reserved[6];
+	uint64_t	initialized;	/* AMR_POOL_MAGIC once everything above is */
+} AmrPoolHeader;
+
+/* Tree directory: one record per index, keyed by its storage identity. */
+typedef enum AmrTreeState
+{
+	AMR_TREE_FREE = 0,			/* record unused */
+	AMR_TREE_BUILDING = 1,		/* created by a transaction not yet known to
+								 * have committed */
+	AMR_TREE_VALID = 2,			/* creating transaction committed */
+	AMR_TREE_DROPPED = 3		/* dropping transaction committed; leaves are
+								 * being (or will be) reclaimed */
+} AmrTreeState;
+
+#define AMR_TREE_FLAG_UNLOGGED	0x0001
+
+typedef struct AmrTreeRecord
+{
+	uint32_t	state;			/* AmrTreeState; 4-byte store is the commit */
+	uint32_t	flags;
+	uint32_t	db_oid;
+	uint32_t	spc_oid;
+	uint32_t	relfilenode;
+	uint32_t	index_oid;		/* informational and for supersede checks */
+	uint32_t	create_xid;		/* resolves BUILDING after a crash */
+	uint32_t	generation;		/* bumped on every reuse of this record */
+	uint64_t	create_lsn;
+	uint64_t	reserved[3];
+} AmrTreeRecord;
+
+/*
+ * The Leaf Table word: {tier, slot, version} in one aligned 8-byte store.
+ * Storing and persisting it is the commit point of every leaf rewrite,
+ * split and migration.  Versions only grow, across reuse of a leaf id too,
+ * which is what lets a split record "valid once my origin's version exceeds
+ * v" (see split_origin below).
+ */
+#define AMR_TIER_NONE	0		/* leaf id is free */
+#define AMR_TIER_PMEM	1
+#define AMR_TIER_SSD	2
+
+#define AMR_WORD_TIER(w)		((uint32_t) ((w) & 0x3))
+#define AMR_WORD_SLOT(w)		((uint32_t) (((w) >> 2) & 0x3FFFFFFF))
+#define AMR_WORD_VERSION(w)		((uint32_t) ((w) >> 32))
+#define AMR_MAKE_WORD(tier, slot, version) \
+	((uint64_t) (tier) | ((uint64_t) (slot) << 2) | ((uint64_t) (version) << 32))
+#define AMR_MAX_SLOTS			0x3FFFFFFF
+
+#define AMR_INVALID_LEAF		UINT32_MAX
+
+#define AMR_LT_FLAG_NULLS		0x0001	/* leaf holds NULL keys only */
+
+typedef struct AmrLeafTableEntry
+{
+	uint64_t	word;			/* commit point, see above */
+	uint32_t	tree_no;
+	uint32_t	tree_generation;
+	uint32_t	flags;
+	uint32_t	split_origin;	/* leaf this one was split from, or
+								 * AMR_INVALID_LEAF */
+	uint32_t	split_origin_version;	/* origin's version before the split */
+	uint32_t	reserved;
+	AmrFBox		mbr[2];			/* bounding box of the image of version v is
+								 * mbr[v & 1], so the box switches with the
+								 * word */
+} AmrLeafTableEntry;
+
+/* Leaf image, identical on PMEM and SSD so that migration is a byte copy. */
+#define AMR_LEAF_MAGIC			0x4c524d41	/* "AMRL" */
+#define AMR_LEAF_FLAG_NULLS		0x0001
+#define AMR_LEAF_FLAG_CHECKSUM	0x0002	/* checksum field is valid (SSD) */
+
+typedef struct AmrLeafHeader
+{
+	uint32_t	magic;
+	uint32_t	leaf_id;
+	uint32_t	tree_no;
+	uint32_t	tree_generation;
+	uint32_t	version;		/* Leaf Table version this image belongs to */
+	uint32_t	flags;
+	uint32_t	checksum;		/* CRC-32C over the image with this field 0 */
+	uint32_t	reserved0;
+	uint64_t	nentries;		/* 8-byte store: commit point of an append */
+	uint64_t	reserved[3];
+} AmrLeafHeader;
+
+#define AMR_ENTRY_FLAG_NULL		0x0001	/* key is SQL NULL; box is zero */
+
+typedef struct AmrLeafEntry
+{
+	AmrBox		key;
+	uint64_t	insert_lsn;		/* WAL insert position at aminsert time */
+	uint16_t	tid_blk_hi;		/* ItemPointerData layout */
+	uint16_t	tid_blk_lo;
+	uint16_t	tid_off;
+	uint16_t	flags;
+} AmrLeafEntry;
+
+#define AMR_LEAF_CAPACITY \
+	((AMR_SLOT_SIZE - sizeof(AmrLeafHeader)) / sizeof(AmrLeafEntry))
+
+typedef struct AmrLeaf
+{
+	AmrLeafHeader hdr;
+	AmrLeafEntry entries[AMR_LEAF_CAPACITY];
+} AmrLeaf;
+
+_Static_assert(sizeof(AmrLeafHeader) == 64, "leaf header must be one cache line");
+_Static_assert(sizeof(AmrLeafEntry) == 48, "leaf entry layout changed");
+_Static_assert(sizeof(AmrLeafTableEntry) == 64, "Leaf Table entry must be one cache line");
+_Static_assert(sizeof(AmrTreeRecord) == 64, "tree record must be one cache line");
+_Static_assert(sizeof(AmrLeaf) <= AMR_SLOT_SIZE, "leaf does not fit its slot");
+_Static_assert(offsetof(AmrLeafTableEntry, word) == 0, "word must be 8-byte aligned");
+
+#endif							/* AMR_FORMAT_H */

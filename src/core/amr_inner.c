@@ -1,0 +1,452 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_inner.c
+ *		Inner nodes: allocation from the DRAM arena, descent, enlargement,
+ *		split propagation and candidate collection for scans.
+ *
+ * Inner nodes are never persisted: they are rebuilt from the Leaf Table
+ * after any restart (papers 000 and 001: leaf-only flushing).  Level-1 nodes
+ * hold logical leaf ids, never leaf addresses, so moving a leaf between tiers
+ * never touches them.
+ *
+ * Concurrency (enforced by the caller): descents and collections run under
+ * the tree lock in shared mode; a descent may widen boxes concurrently with
+ * other readers, using atomic min/max on the float bits, so a reader sees
+ * either the old or a wider box, never a narrower one.  Anything that adds,
+ * removes or narrows an entry runs under the tree lock in exclusive mode.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amr_tree.h"
+
+#include <string.h>
+
+AmrStatus
+amr_node_alloc(AmrStore *s, uint32_t *node_out, int level)
+{
+	int64_t		n = amr_bitmap_alloc(s->nodes_used);
+	AmrInnerNode *node;
+
+	if (n < 0)
+		return AMR_ERR_DRAM_FULL;
+	node = &s->nodes[n];
+	node->count = 0;
+	node->level = (uint16_t) level;
+	node->reserved = 0;
+	*node_out = (uint32_t) n;
+	return AMR_OK;
+}
+
+void
+amr_node_free(AmrStore *s, uint32_t node)
+{
+	amr_bitmap_clear(s->nodes_used, node);
+}
+
+AmrFBox
+amr_node_union(const AmrInnerNode *n)
+{
+	AmrFBox		acc = amr_fbox_empty();
+	int			i;
+
+	for (i = 0; i < n->count; i++)
+	{
+		if (n->xlo[i] < acc.xlo)
+			acc.xlo = n->xlo[i];
+		if (n->ylo[i] < acc.ylo)
+			acc.ylo = n->ylo[i];
+		if (n->xhi[i] > acc.xhi)
+			acc.xhi = n->xhi[i];
+		if (n->yhi[i] > acc.yhi)
+			acc.yhi = n->yhi[i];
+	}
+	return acc;
+}
+
+static inline uint32_t *
+root_ref(AmrTree *t, bool nulls)
+{
+	return nulls ? &t->null_root : &t->root;
+}
+
+static inline uint32_t *
+height_ref(AmrTree *t, bool nulls)
+{
+	return nulls ? &t->null_height : &t->height;
+}
+
+AmrStatus
+amr_tree_init_empty(AmrStore *s, AmrTree *t)
+{
+	uint32_t	root;
+	uint32_t	null_root;
+
+	if (amr_node_alloc(s, &root, 1) != AMR_OK)
+		return AMR_ERR_DRAM_FULL;
+	if (amr_node_alloc(s, &null_root, 1) != AMR_OK)
+	{
+		amr_node_free(s, root);
+		return AMR_ERR_DRAM_FULL;
+	}
+	t->root = root;
+	t->height = 1;
+	t->null_root = null_root;
+	t->null_height = 1;
+	__atomic_store_n(&t->ninner, 2, __ATOMIC_RELAXED);
+	return AMR_OK;
+}
+
+static void
+free_subtree(AmrStore *s, uint32_t node)
+{
+	AmrInnerNode *n = &s->nodes[node];
+	int			i;
+
+	if (n->level > 1)
+		for (i = 0; i < n->count; i++)
+			free_subtree(s, n->child[i]);
+	amr_node_free(s, node);
+}
+
+void
+amr_tree_free_nodes(AmrStore *s, AmrTree *t)
+{
+	if (t->root != AMR_INVALID_NODE)
+		free_subtree(s, t->root);
+	if (t->null_root != AMR_INVALID_NODE)
+		free_subtree(s, t->null_root);
+	t->root = AMR_INVALID_NODE;
+	t->null_root = AMR_INVALID_NODE;
+	t->height = 0;
+	t->null_height = 0;
+	__atomic_store_n(&t->ninner, 0, __ATOMIC_RELAXED);
+}
+
+/*
+ * Least area enlargement, then least margin enlargement (which separates
+ * candidates when the data are points or lines and every area is zero), then
+ * least area.
+ */
+static int
+choose_entry(const AmrInnerNode *n, const AmrFBox *b)
+{
+	int			best = 0;
+	double		best_enl = 0,
+				best_menl = 0,
+				best_area = 0;
+	int			i;
+
+	for (i = 0; i < n->count; i++)
+	{
+		AmrFBox		e = amr_node_entry_box(n, i);
+		AmrFBox		u = e;
+		double		area,
+					enl,
+					menl;
+
+		amr_fbox_extend(&u, b);
+		area = amr_fbox_area(&e);
+		enl = amr_fbox_area(&u) - area;
+		menl = amr_fbox_margin(&u) - amr_fbox_margin(&e);
+		if (i == 0 || enl < best_enl ||
+			(enl == best_enl && (menl < best_menl ||
+								 (menl == best_menl && area < best_area))))
+		{
+			best = i;
+			best_enl = enl;
+			best_menl = menl;
+			best_area = area;
+		}
+	}
+	return best;
+}
+
+uint32_t
+amr_choose_leaf(const AmrStore *s, const AmrTree *t, bool nulls,
+				const AmrFBox *b, AmrPath *path)
+{
+	uint32_t	node = nulls ? t->null_root : t->root;
+
+	path->depth = 0;
+	if (node == AMR_INVALID_NODE)
+		return AMR_INVALID_LEAF;
+	for (;;)
+	{
+		const AmrInnerNode *n = &s->nodes[node];
+		int			i;
+
+		if (n->count == 0)
+			return AMR_INVALID_LEAF;
+		i = choose_entry(n, b);
+		path->node[path->depth] = node;
+		path->idx[path->depth] = (uint16_t) i;
+		path->depth++;
+		if (n->level == 1)
+			return n->child[i];
+		node = n->child[i];
+	}
+}
+
+/* Atomically lower *p to v if v is smaller (or raise, for the max variant). */
+static void
+atomic_float_min(float *p, float v)
+{
+	uint32_t   *u = (uint32_t *) p;
+	uint32_t	old = __atomic_load_n(u, __ATOMIC_RELAXED);
+
+	for (;;)
+	{
+		float		cur;
+		uint32_t	nv;
+
+		memcpy(&cur, &old, sizeof(cur));
+		if (!(v < cur))
+			return;
+		memcpy(&nv, &v, sizeof(nv));
+		if (__atomic_compare_exchange_n(u, &old, nv, false,
+										__ATOMIC_RELEASE, __ATOMIC_RELAXED))
+			return;
+	}
+}
+
+static void
+atomic_float_max(float *p, float v)
+{
+	uint32_t   *u = (uint32_t *) p;
+	uint32_t	old = __atomic_load_n(u, __ATOMIC_RELAXED);
+
+	for (;;)
+	{
+		float		cur;
+		uint32_t	nv;
+
+		memcpy(&cur, &old, sizeof(cur));
+		if (!(v > cur))
+			return;
+		memcpy(&nv, &v, sizeof(nv));
+		if (__atomic_compare_exchange_n(u, &old, nv, false,
+										__ATOMIC_RELEASE, __ATOMIC_RELAXED))
+			return;
+	}
+}
+
+void
+amr_path_enlarge(AmrStore *s, const AmrPath *path, const AmrFBox *b)
+{
+	int			d;
+
+	for (d = 0; d < path->depth; d++)
+	{
+		AmrInnerNode *n = &s->nodes[path->node[d]];
+		int			i = path->idx[d];
+
+		atomic_float_min(&n->xlo[i], b->xlo);
+		atomic_float_min(&n->ylo[i], b->ylo);
+		atomic_float_max(&n->xhi[i], b->xhi);
+		atomic_float_max(&n->yhi[i], b->yhi);
+	}
+}
+
+int
+amr_split_nodes_needed(const AmrTree *t)
+{
+	/* every level may split, plus a new root */
+	return (int) (t->height > t->null_height ? t->height : t->null_height) + 1;
+}
+
+static uint32_t
+take_spare(uint32_t *spare_nodes)
+{
+	int			i;
+
+	for (i = 0; i <= AMR_MAX_HEIGHT; i++)
+	{
+		if (spare_nodes[i] != AMR_INVALID_NODE)
+		{
+			uint32_t	n = spare_nodes[i];
+
+			spare_nodes[i] = AMR_INVALID_NODE;
+			return n;
+		}
+	}
+	return AMR_INVALID_NODE;	/* caller reserved too few: cannot happen */
+}
+
+/*
+ * Insert (box, child) into node, which is full: split it with the R*
+ * heuristic into node and a new node taken from the spares.
+ */
+static uint32_t
+split_inner(AmrStore *s, uint32_t node_id, const AmrFBox *box, uint32_t child,
+			uint32_t *spare_nodes)
+{
+	AmrInnerNode *n = &s->nodes[node_id];
+	int			total = n->count + 1;
+	AmrFBox		boxes[AMR_INNER_FANOUT + 1];
+	uint32_t	children[AMR_INNER_FANOUT + 1];
+	uint8_t		goes_right[AMR_INNER_FANOUT + 1];
+	uint32_t	right_id = take_spare(spare_nodes);
+	AmrInnerNode *r = &s->nodes[right_id];
+	int			i;
+
+	for (i = 0; i < n->count; i++)
+	{
+		boxes[i] = amr_node_entry_box(n, i);
+		children[i] = n->child[i];
+	}
+	boxes[total - 1] = *box;
+	children[total - 1] = child;
+	amr_rstar_split(boxes, total, AMR_INNER_FANOUT * 2 / 5, goes_right);
+
+	r->level = n->level;
+	r->count = 0;
+	n->count = 0;
+	for (i = 0; i < total; i++)
+	{
+		AmrInnerNode *dst = goes_right[i] ? r : n;
+
+		amr_node_set_entry(dst, dst->count, &boxes[i], children[i]);
+		dst->count++;
+	}
+	return right_id;
+}
+
+void
+amr_apply_leaf_split(AmrStore *s, AmrTree *t, bool nulls, const AmrPath *path,
+					 const AmrFBox *left_box, uint32_t right_leaf,
+					 const AmrFBox *right_box, uint32_t *spare_nodes)
+{
+	int			d = path->depth - 1;
+	uint32_t	carry_child = right_leaf;
+	AmrFBox		carry_box = *right_box;
+	bool		carry = true;
+	uint64_t	new_nodes = 0;
+
+	/* the old leaf keeps its slot in the level-1 node, with its new box */
+	amr_node_set_entry(&s->nodes[path->node[d]], path->idx[d], left_box,
+					   s->nodes[path->node[d]].child[path->idx[d]]);
+
+	for (; d >= 0; d--)
+	{
+		uint32_t	node_id = path->node[d];
+		AmrInnerNode *n = &s->nodes[node_id];
+		uint32_t	new_sibling = AMR_INVALID_NODE;
+
+		if (carry)
+		{
+			if (n->count < AMR_INNER_FANOUT)
+			{
+				amr_node_set_entry(n, n->count, &carry_box, carry_child);
+				n->count++;
+				carry = false;
+			}
+			else
+			{
+				new_sibling = split_inner(s, node_id, &carry_box, carry_child,
+										  spare_nodes);
+				new_nodes++;
+			}
+		}
+
+		if (d > 0)
+		{
+			/* refresh this node's box in its parent */
+			AmrInnerNode *p = &s->nodes[path->node[d - 1]];
+			AmrFBox		u = amr_node_union(n);
+
+			amr_node_set_entry(p, path->idx[d - 1], &u, node_id);
+			if (new_sibling != AMR_INVALID_NODE)
+			{
+				carry_child = new_sibling;
+				carry_box = amr_node_union(&s->nodes[new_sibling]);
+				carry = true;
+			}
+		}
+		else if (new_sibling != AMR_INVALID_NODE)
+		{
+			/* the root split: grow the tree by one level */
+			uint32_t	new_root = take_spare(spare_nodes);
+			AmrInnerNode *r = &s->nodes[new_root];
+			AmrFBox		u1 = amr_node_union(n);
+			AmrFBox		u2 = amr_node_union(&s->nodes[new_sibling]);
+
+			r->level = n->level + 1;
+			r->count = 2;
+			amr_node_set_entry(r, 0, &u1, node_id);
+			amr_node_set_entry(r, 1, &u2, new_sibling);
+			*root_ref(t, nulls) = new_root;
+			(*height_ref(t, nulls))++;
+			new_nodes++;
+		}
+	}
+	__atomic_add_fetch(&t->ninner, new_nodes, __ATOMIC_RELAXED);
+}
+
+void
+amr_add_first_leaf(AmrStore *s, AmrTree *t, bool nulls, uint32_t leaf_id,
+				   const AmrFBox *box)
+{
+	AmrInnerNode *root = &s->nodes[*root_ref(t, nulls)];
+
+	amr_node_set_entry(root, 0, box, leaf_id);
+	root->count = 1;
+}
+
+void
+amr_leaf_list_push(AmrLeafList *out, uint32_t id, AmrReallocFn realloc_fn,
+				   void *arg)
+{
+	if (out->n == out->cap)
+	{
+		uint32_t	newcap = out->cap ? out->cap * 2 : 64;
+
+		out->ids = realloc_fn(out->ids, (size_t) newcap * sizeof(uint32_t), arg);
+		out->cap = newcap;
+	}
+	out->ids[out->n++] = id;
+}
+
+static inline bool
+entry_matches(const AmrInnerNode *n, int i, const AmrScanKey *keys, int nkeys)
+{
+	AmrFBox		b = amr_node_entry_box(n, i);
+	int			k;
+
+	for (k = 0; k < nkeys; k++)
+		if (keys[k].prune && !amr_inner_match(keys[k].strategy, &b, &keys[k].query))
+			return false;
+	return true;
+}
+
+void
+amr_collect_leaves(const AmrStore *s, const AmrTree *t, bool nulls,
+				   const AmrScanKey *keys, int nkeys, AmrLeafList *out,
+				   AmrReallocFn realloc_fn, void *realloc_arg)
+{
+	uint32_t	stack[AMR_MAX_HEIGHT * AMR_INNER_FANOUT];
+	int			sp = 0;
+	uint32_t	root = nulls ? t->null_root : t->root;
+
+	if (root == AMR_INVALID_NODE)
+		return;
+	stack[sp++] = root;
+	while (sp > 0)
+	{
+		const AmrInnerNode *n = &s->nodes[stack[--sp]];
+		int			i;
+
+		if (n->level == 1)
+		{
+			for (i = 0; i < n->count; i++)
+				if (entry_matches(n, i, keys, nkeys))
+					amr_leaf_list_push(out, n->child[i], realloc_fn, realloc_arg);
+		}
+		else
+		{
+			/* push in reverse so children are visited in order */
+			for (i = n->count - 1; i >= 0; i--)
+				if (entry_matches(n, i, keys, nkeys))
+					stack[sp++] = n->child[i];
+		}
+	}
+}

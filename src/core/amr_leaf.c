@@ -1,0 +1,248 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_leaf.c
+ *		Leaf images and the Leaf Table: appends, out-of-place publication,
+ *		and the commit-point word.
+ *
+ * Ordering rules (each "persist" is write-back + fence):
+ *
+ *	append:   [widen LT box for the current version; persist]
+ *			  write entry; persist; store count; persist
+ *	publish:  write LT fields and box; persist; store word; persist
+ *	switch:   store box for version+1; persist; store word; persist
+ *
+ * So after a crash a leaf's count never covers an entry that is not durable,
+ * its box always covers its durable entries, and a Leaf Table word always
+ * points at a complete image whose box is the one the word selects.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amr_tree.h"
+#include "amr_persist.h"
+
+#include <string.h>
+
+void
+amr_leaf_image_init(AmrLeaf *img, uint32_t leaf_id, uint32_t tree_no,
+					uint32_t generation, uint32_t version, bool nulls)
+{
+	memset(&img->hdr, 0, sizeof(img->hdr));
+	img->hdr.magic = AMR_LEAF_MAGIC;
+	img->hdr.leaf_id = leaf_id;
+	img->hdr.tree_no = tree_no;
+	img->hdr.tree_generation = generation;
+	img->hdr.version = version;
+	img->hdr.flags = nulls ? AMR_LEAF_FLAG_NULLS : 0;
+	img->hdr.nentries = 0;
+}
+
+AmrFBox
+amr_leaf_image_mbr(const AmrLeaf *img)
+{
+	AmrFBox		acc = amr_fbox_empty();
+	uint64_t	i;
+
+	for (i = 0; i < img->hdr.nentries; i++)
+	{
+		AmrFBox		b;
+
+		if (img->entries[i].flags & AMR_ENTRY_FLAG_NULL)
+			continue;
+		b = amr_fbox_from_box(&img->entries[i].key);
+		amr_fbox_extend(&acc, &b);
+	}
+	return acc;
+}
+
+/* ---- CRC-32C (Castagnoli), hardware when the CPU has SSE 4.2 ---- */
+
+static uint32_t crc_table[256];
+static int	crc_impl = -1;		/* -1 unknown, 0 table, 1 sse4.2 */
+
+static void
+crc_init(void)
+{
+	uint32_t	i;
+
+	for (i = 0; i < 256; i++)
+	{
+		uint32_t	c = i;
+		int			k;
+
+		for (k = 0; k < 8; k++)
+			c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+		crc_table[i] = c;
+	}
+	crc_impl = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+}
+
+__attribute__((target("sse4.2")))
+static uint32_t
+crc_update_hw(uint32_t crc, const unsigned char *p, size_t len)
+{
+	while (len >= 8)
+	{
+		uint64_t	v;
+
+		memcpy(&v, p, 8);
+		crc = (uint32_t) __builtin_ia32_crc32di(crc, v);
+		p += 8;
+		len -= 8;
+	}
+	while (len-- > 0)
+		crc = __builtin_ia32_crc32qi(crc, *p++);
+	return crc;
+}
+
+static uint32_t
+crc_update(uint32_t crc, const void *data, size_t len)
+{
+	const unsigned char *p = data;
+
+	if (crc_impl < 0)
+		crc_init();
+	if (crc_impl == 1)
+		return crc_update_hw(crc, p, len);
+	while (len-- > 0)
+		crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+	return crc;
+}
+
+uint32_t
+amr_crc32c(const void *data, size_t len)
+{
+	return crc_update(0xFFFFFFFFu, data, len) ^ 0xFFFFFFFFu;
+}
+
+/*
+ * The checksum covers the header (with the checksum field taken as zero) and
+ * the used entries; the unused tail of the slot carries no meaning.
+ */
+static uint32_t
+leaf_image_checksum(const AmrLeaf *img)
+{
+	AmrLeafHeader hdr = img->hdr;
+	uint64_t	n = hdr.nentries;
+	uint32_t	crc;
+
+	if (n > AMR_LEAF_CAPACITY)
+		n = AMR_LEAF_CAPACITY;
+	hdr.checksum = 0;
+	crc = crc_update(0xFFFFFFFFu, &hdr, sizeof(hdr));
+	crc = crc_update(crc, img->entries, n * sizeof(AmrLeafEntry));
+	return crc ^ 0xFFFFFFFFu;
+}
+
+void
+amr_leaf_image_set_checksum(AmrLeaf *img)
+{
+	img->hdr.flags |= AMR_LEAF_FLAG_CHECKSUM;
+	img->hdr.checksum = leaf_image_checksum(img);
+}
+
+bool
+amr_leaf_image_checksum_ok(const AmrLeaf *img)
+{
+	if (img->hdr.nentries > AMR_LEAF_CAPACITY)
+		return false;
+	return leaf_image_checksum(img) == img->hdr.checksum;
+}
+
+void
+amr_leaf_append_pmem(AmrStore *s, uint32_t leaf_id, AmrLeaf *leaf,
+					 const AmrLeafEntry *entry, const AmrFBox *ebox)
+{
+	uint64_t	word = amr_lt_word(s, leaf_id);
+	AmrFBox    *mbr = &s->lt[leaf_id].mbr[AMR_WORD_VERSION(word) & 1];
+	uint64_t	n = leaf->hdr.nentries;
+
+	if (!(entry->flags & AMR_ENTRY_FLAG_NULL) && !amr_fbox_covers(mbr, ebox))
+	{
+		AmrFBox		grown = *mbr;
+
+		amr_fbox_extend(&grown, ebox);
+		*mbr = grown;
+		amr_persist(mbr, sizeof(*mbr));
+	}
+	memcpy(&leaf->entries[n], entry, sizeof(*entry));
+	amr_persist(&leaf->entries[n], sizeof(*entry));
+	amr_store_persist_u64(&leaf->hdr.nentries, n + 1);
+}
+
+void
+amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
+				   uint32_t generation, uint32_t flags,
+				   uint32_t split_origin, uint32_t origin_version,
+				   uint32_t tier, uint32_t slot, const AmrFBox *mbr)
+{
+	AmrLeafTableEntry *e = &s->lt[leaf_id];
+	uint64_t	old = amr_lt_word(s, leaf_id);
+	uint32_t	version = AMR_WORD_VERSION(old) + 1;
+
+	e->tree_no = tree_no;
+	e->tree_generation = generation;
+	e->flags = flags;
+	e->split_origin = split_origin;
+	e->split_origin_version = origin_version;
+	e->reserved = 0;
+	e->mbr[version & 1] = *mbr;
+	amr_persist(e, sizeof(*e));
+	amr_store_persist_u64(&e->word, AMR_MAKE_WORD(tier, slot, version));
+}
+
+uint64_t
+amr_lt_switch(AmrStore *s, uint32_t leaf_id, uint32_t tier, uint32_t slot,
+			  const AmrFBox *mbr)
+{
+	AmrLeafTableEntry *e = &s->lt[leaf_id];
+	uint64_t	old = amr_lt_word(s, leaf_id);
+	uint32_t	version = AMR_WORD_VERSION(old) + 1;
+
+	e->mbr[version & 1] = *mbr;
+	amr_persist(&e->mbr[version & 1], sizeof(AmrFBox));
+	amr_store_persist_u64(&e->word, AMR_MAKE_WORD(tier, slot, version));
+	return old;
+}
+
+uint64_t
+amr_lt_release(AmrStore *s, uint32_t leaf_id)
+{
+	AmrLeafTableEntry *e = &s->lt[leaf_id];
+	uint64_t	old = amr_lt_word(s, leaf_id);
+
+	amr_store_persist_u64(&e->word,
+						  AMR_MAKE_WORD(AMR_TIER_NONE, 0,
+										AMR_WORD_VERSION(old) + 1));
+	return old;
+}
+
+void
+amr_leaf_split_images(const AmrLeaf *full, const AmrLeafEntry *extra,
+					  AmrLeaf *left, AmrLeaf *right)
+{
+	int			n = (int) full->hdr.nentries + 1;
+	AmrFBox		boxes[AMR_LEAF_CAPACITY + 1] = {{0}};
+	uint8_t		goes_right[AMR_LEAF_CAPACITY + 1];
+	int			i;
+
+	if (n > (int) AMR_LEAF_CAPACITY + 1)
+		n = (int) AMR_LEAF_CAPACITY + 1;
+
+	for (i = 0; i < n; i++)
+	{
+		const AmrLeafEntry *e = (i < n - 1) ? &full->entries[i] : extra;
+
+		boxes[i] = amr_fbox_from_box(&e->key);
+	}
+	amr_rstar_split(boxes, n, (int) (AMR_LEAF_CAPACITY * 2 / 5), goes_right);
+
+	left->hdr.nentries = 0;
+	right->hdr.nentries = 0;
+	for (i = 0; i < n; i++)
+	{
+		const AmrLeafEntry *e = (i < n - 1) ? &full->entries[i] : extra;
+		AmrLeaf    *dst = goes_right[i] ? right : left;
+
+		dst->entries[dst->hdr.nentries++] = *e;
+	}
+}

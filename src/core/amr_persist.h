@@ -1,0 +1,56 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_persist.h
+ *		Making stores to the PMEM pool durable.
+ *
+ * A pool on real PMEM (DAX) or on a DRAM-backed file system (the emulation
+ * used when no PMEM exists) is made durable with cache-line write-back and a
+ * store fence; a pool on an ordinary disk file needs msync.  The mode is a
+ * process-wide setting chosen once at startup.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef AMR_PERSIST_H
+#define AMR_PERSIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum AmrPersistMode
+{
+	AMR_PERSIST_CLWB,			/* clwb (clflushopt, clflush if absent) +
+								 * sfence */
+	AMR_PERSIST_CLFLUSH,		/* clflush + sfence */
+	AMR_PERSIST_NOP,			/* no flush, no fence: measurement only, unsafe */
+	AMR_PERSIST_MSYNC			/* pool is on a disk file: msync */
+} AmrPersistMode;
+
+extern AmrPersistMode amr_persist_mode;
+
+extern void amr_persist_init(AmrPersistMode mode);
+extern const char *amr_persist_describe(void);
+
+/* Write back the cache lines covering [addr, addr+len); no fence. */
+extern void amr_flush(const void *addr, size_t len);
+
+/* Order all previous flushes and non-temporal stores before later stores. */
+extern void amr_drain(void);
+
+/* flush + drain */
+extern void amr_persist(const void *addr, size_t len);
+
+/*
+ * Copy and persist.  Copies of 256 bytes and more use non-temporal stores
+ * (they bypass the cache, so no write-back is needed), following the PMEM
+ * write discipline of the seed papers.
+ */
+extern void amr_memcpy_persist(void *dst, const void *src, size_t len);
+
+/* As amr_memcpy_persist but without the final drain (batch with amr_drain). */
+extern void amr_memcpy_nodrain(void *dst, const void *src, size_t len);
+
+/* Atomic, persisted 8-byte store: the commit point primitive. */
+extern void amr_store_persist_u64(volatile uint64_t *addr, uint64_t value);
+
+#endif							/* AMR_PERSIST_H */

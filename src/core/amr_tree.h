@@ -1,0 +1,316 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_tree.h
+ *		The AMR-Tree core: inner nodes in DRAM, the Leaf Table, leaf images,
+ *		splits, bulk packing and structural checks.
+ *
+ * No PostgreSQL headers: the core works on plain memory (shared memory and a
+ * mapped pool when run in the server; malloc and a mapped file when run by
+ * the micro-benchmark and unit tests).  Locking is the caller's business;
+ * each function states what it expects to be held.  Functions that can fail
+ * return an AmrStatus and leave persistent state untouched on failure.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef AMR_TREE_H
+#define AMR_TREE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "amr_bitmap.h"
+#include "amr_format.h"
+#include "amr_geom.h"
+
+/* Inner node fan-out.  SoA layout: four float4 arrays compared lane-wise. */
+#define AMR_INNER_FANOUT		64
+#define AMR_MAX_HEIGHT			16
+#define AMR_INVALID_NODE		UINT32_MAX
+
+typedef enum AmrStatus
+{
+	AMR_OK = 0,
+	AMR_ERR_DRAM_FULL,			/* inner node arena exhausted */
+	AMR_ERR_PMEM_FULL,			/* no free PMEM slot */
+	AMR_ERR_SSD_FULL,			/* no free SSD slot */
+	AMR_ERR_LEAF_IDS_FULL,		/* Leaf Table has no free entry */
+	AMR_ERR_TOO_TALL			/* tree would exceed AMR_MAX_HEIGHT */
+} AmrStatus;
+
+typedef struct AmrInnerNode
+{
+	uint16_t	count;
+	uint16_t	level;			/* 1: children are leaf ids */
+	uint32_t	reserved;
+	float		xlo[AMR_INNER_FANOUT];
+	float		ylo[AMR_INNER_FANOUT];
+	float		xhi[AMR_INNER_FANOUT];
+	float		yhi[AMR_INNER_FANOUT];
+	uint32_t	child[AMR_INNER_FANOUT];	/* node index, or leaf id at level 1 */
+} AmrInnerNode;
+
+/*
+ * Volatile per-leaf state, indexed by leaf id.  Rebuilt (zeroed) after every
+ * restart; never persisted (persisting hotness would put a PMEM write on
+ * every read).
+ */
+typedef struct AmrLeafVolatile
+{
+	uint64_t	nsn;			/* tree split counter when this leaf last split */
+	uint32_t	rightlink;		/* leaf created by that split */
+	uint32_t	accesses;
+	double		hotness;		/* h = h * exp(-lambda * dt) + 1 per access */
+	double		last_access;	/* seconds, for the decay */
+	uint32_t	updates;		/* appends and rewrites (update ratio, R3) */
+	uint32_t	smo_count;		/* splits it took part in (R6) */
+	uint32_t	pins;			/* scans that may still return its entries */
+	uint32_t	flags;
+} AmrLeafVolatile;
+
+/* DRAM descriptor of one tree (index), indexed by tree number. */
+typedef struct AmrTree
+{
+	uint32_t	tree_no;
+	uint32_t	generation;
+	uint32_t	root;			/* AMR_INVALID_NODE until built */
+	uint32_t	height;			/* inner levels; root is at this level */
+	uint32_t	null_root;		/* a second tree holding the NULL keys */
+	uint32_t	null_height;
+	uint64_t	nentries;		/* atomic */
+	uint64_t	nleaves;		/* atomic */
+	uint64_t	ninner;			/* atomic */
+	uint64_t	nsn;			/* atomic split counter (GiST's NSN idea) */
+	uint64_t	pinned;			/* atomic: leaf pins held by scans */
+} AmrTree;
+
+/*
+ * Everything the core touches.  The pool parts point into the mapped PMEM
+ * pool; the rest into DRAM (shared memory in the server).
+ */
+typedef struct AmrStore
+{
+	char	   *pool_base;
+	AmrPoolHeader *header;
+	char	   *pmem_slots;		/* AMR_SLOT_SIZE-aligned */
+	uint32_t	pmem_nslots;
+	AmrLeafTableEntry *lt;
+	uint32_t	lt_capacity;
+	AmrTreeRecord *tree_records;
+
+	AmrBitmap  *pmem_used;		/* bit set = slot referenced or reserved */
+	AmrBitmap  *ssd_used;		/* NULL when there is no SSD tier */
+	AmrBitmap  *leaf_ids_used;
+	AmrBitmap  *nodes_used;
+	AmrInnerNode *nodes;
+	uint32_t	nnodes;
+	AmrLeafVolatile *leaves;	/* lt_capacity entries */
+	AmrTree    *trees;			/* AMR_MAX_TREES entries */
+} AmrStore;
+
+/* Root-to-level-1 path chosen for an insertion. */
+typedef struct AmrPath
+{
+	int			depth;
+	uint32_t	node[AMR_MAX_HEIGHT];
+	uint16_t	idx[AMR_MAX_HEIGHT];
+} AmrPath;
+
+/* A key of a scan in the core's terms. */
+typedef struct AmrScanKey
+{
+	int			strategy;
+	bool		prune;			/* false: query has NaN, never prune inner
+								 * nodes, test leaves with PostgreSQL's own
+								 * operator */
+	AmrBox		query;
+} AmrScanKey;
+
+/* An item to pack: a bounding box and what it points to. */
+typedef struct AmrPackItem
+{
+	AmrFBox		box;
+	uint32_t	ref;
+} AmrPackItem;
+
+/* Growable array of leaf ids (scan candidates). */
+typedef struct AmrLeafList
+{
+	uint32_t   *ids;
+	uint32_t	n;
+	uint32_t	cap;
+} AmrLeafList;
+
+typedef void *(*AmrReallocFn) (void *ptr, size_t size, void *arg);
+
+/* ---- Leaf Table and leaf images (amr_leaf.c) ---- */
+
+static inline AmrLeaf *
+amr_pmem_slot(const AmrStore *s, uint32_t slot)
+{
+	return (AmrLeaf *) (s->pmem_slots + (size_t) slot * AMR_SLOT_SIZE);
+}
+
+static inline uint64_t
+amr_lt_word(const AmrStore *s, uint32_t leaf_id)
+{
+	return __atomic_load_n(&s->lt[leaf_id].word, __ATOMIC_ACQUIRE);
+}
+
+static inline AmrFBox
+amr_lt_mbr(const AmrStore *s, uint32_t leaf_id, uint64_t word)
+{
+	return s->lt[leaf_id].mbr[AMR_WORD_VERSION(word) & 1];
+}
+
+extern void amr_leaf_image_init(AmrLeaf *img, uint32_t leaf_id, uint32_t tree_no,
+								uint32_t generation, uint32_t version,
+								bool nulls);
+extern AmrFBox amr_leaf_image_mbr(const AmrLeaf *img);
+extern uint32_t amr_crc32c(const void *data, size_t len);
+extern void amr_leaf_image_set_checksum(AmrLeaf *img);
+extern bool amr_leaf_image_checksum_ok(const AmrLeaf *img);
+
+/*
+ * Append one entry to a PMEM-resident leaf in place: widen the Leaf Table
+ * MBR if needed (persisted), persist the entry, then store and persist the
+ * count.  Caller holds the leaf exclusively; the leaf has room.
+ */
+extern void amr_leaf_append_pmem(AmrStore *s, uint32_t leaf_id, AmrLeaf *leaf,
+								 const AmrLeafEntry *entry, const AmrFBox *ebox);
+
+/*
+ * Publish a leaf id that was free: write its Leaf Table fields, persist,
+ * then store and persist the word.
+ */
+extern void amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
+							   uint32_t generation, uint32_t flags,
+							   uint32_t split_origin, uint32_t origin_version,
+							   uint32_t tier, uint32_t slot, const AmrFBox *mbr);
+
+/*
+ * Switch an existing leaf to a new image: store the MBR for the next
+ * version, persist, then store and persist the new word.  Returns the old
+ * word so the caller can reclaim the old slot.
+ */
+extern uint64_t amr_lt_switch(AmrStore *s, uint32_t leaf_id, uint32_t tier,
+							  uint32_t slot, const AmrFBox *mbr);
+
+/* Mark a leaf id free (version still grows); returns the old word. */
+extern uint64_t amr_lt_release(AmrStore *s, uint32_t leaf_id);
+
+/*
+ * Split: distribute the entries of a full leaf plus one new entry between
+ * two images with the R*-tree split heuristic.  "left" keeps the leaf id;
+ * "right" is the new leaf.
+ */
+extern void amr_leaf_split_images(const AmrLeaf *full, const AmrLeafEntry *extra,
+								  AmrLeaf *left, AmrLeaf *right);
+
+/* ---- Inner nodes (amr_inner.c) ---- */
+
+extern AmrStatus amr_node_alloc(AmrStore *s, uint32_t *node_out, int level);
+extern void amr_node_free(AmrStore *s, uint32_t node);
+
+static inline AmrFBox
+amr_node_entry_box(const AmrInnerNode *n, int i)
+{
+	AmrFBox		b = {n->xlo[i], n->ylo[i], n->xhi[i], n->yhi[i]};
+
+	return b;
+}
+
+static inline void
+amr_node_set_entry(AmrInnerNode *n, int i, const AmrFBox *b, uint32_t child)
+{
+	n->xlo[i] = b->xlo;
+	n->ylo[i] = b->ylo;
+	n->xhi[i] = b->xhi;
+	n->yhi[i] = b->yhi;
+	n->child[i] = child;
+}
+
+extern AmrFBox amr_node_union(const AmrInnerNode *n);
+
+/* Create an empty tree (one empty level-1 root) and an empty NULL tree. */
+extern AmrStatus amr_tree_init_empty(AmrStore *s, AmrTree *t);
+
+/* Free every inner node of a tree (both the box tree and the NULL tree). */
+extern void amr_tree_free_nodes(AmrStore *s, AmrTree *t);
+
+/*
+ * Descend to the level-1 entry whose box needs the least enlargement (ties:
+ * smallest area).  Returns the leaf id or AMR_INVALID_LEAF if the tree has
+ * no leaf.  Caller holds the tree lock (shared is enough).
+ */
+extern uint32_t amr_choose_leaf(const AmrStore *s, const AmrTree *t, bool nulls,
+								const AmrFBox *b, AmrPath *path);
+
+/* Widen every box on the path to cover b (atomic, monotone). */
+extern void amr_path_enlarge(AmrStore *s, const AmrPath *path, const AmrFBox *b);
+
+/*
+ * After a leaf split: set the level-1 entry of the old leaf to left_box and
+ * add (right_box, right_leaf) next to it, splitting inner nodes upward as
+ * needed.  spare_nodes must hold at least amr_split_nodes_needed() nodes;
+ * used ones are set to AMR_INVALID_NODE.  Caller holds the tree exclusively.
+ */
+extern int	amr_split_nodes_needed(const AmrTree *t);
+extern void amr_apply_leaf_split(AmrStore *s, AmrTree *t, bool nulls,
+								 const AmrPath *path,
+								 const AmrFBox *left_box,
+								 uint32_t right_leaf, const AmrFBox *right_box,
+								 uint32_t *spare_nodes);
+
+/* Add the first leaf of an empty tree.  Caller holds the tree exclusively. */
+extern void amr_add_first_leaf(AmrStore *s, AmrTree *t, bool nulls,
+							   uint32_t leaf_id, const AmrFBox *box);
+
+/*
+ * Collect, in tree order, the leaves whose level-1 boxes pass every key's
+ * inner test (all leaves when nkeys is 0).  Caller holds the tree lock.
+ */
+extern void amr_collect_leaves(const AmrStore *s, const AmrTree *t, bool nulls,
+							   const AmrScanKey *keys, int nkeys,
+							   AmrLeafList *out, AmrReallocFn realloc_fn,
+							   void *realloc_arg);
+
+extern void amr_leaf_list_push(AmrLeafList *out, uint32_t id,
+							   AmrReallocFn realloc_fn, void *arg);
+
+/* ---- Packing (amr_pack.c) ---- */
+
+/* Sort-Tile-Recursive order; groups of at most per_group items. */
+extern void amr_str_order(AmrPackItem *items, size_t n, size_t per_group,
+						  AmrPackItem *scratch);
+
+/*
+ * Build the inner levels over items (leaf boxes and ids) in STR order,
+ * filling nodes to at most fill entries.  node_ids must have room for
+ * amr_build_levels_nodes_needed(n, fill) ids; every node is reserved before
+ * anything is linked, so on failure nothing changes.  Caller holds the tree
+ * exclusively and the tree has no nodes for this side yet.  items is
+ * reordered and overwritten.
+ */
+extern size_t amr_build_levels_nodes_needed(size_t n, int fill);
+extern AmrStatus amr_build_levels(AmrStore *s, AmrTree *t, bool nulls,
+								  AmrPackItem *items, size_t n, int fill,
+								  AmrPackItem *scratch, uint32_t *node_ids);
+
+/* R*-tree split of n boxes; goes_right[i] set for the second group. */
+extern void amr_rstar_split(const AmrFBox *boxes, int n, int min_fill,
+							uint8_t *goes_right);
+
+/* ---- Checks (amr_check.c) ---- */
+
+/*
+ * Verify the inner structure of a tree against the Leaf Table: every box
+ * covers its children, levels are consistent, and every leaf of the tree in
+ * the Leaf Table is reachable exactly once.  Returns NULL or a message in
+ * buf.  Caller holds the tree exclusively.
+ */
+extern const char *amr_check_tree(const AmrStore *s, const AmrTree *t,
+								  uint8_t *seen_scratch,
+								  char *buf, size_t buflen);
+
+#endif							/* AMR_TREE_H */
