@@ -3,16 +3,19 @@
  * amr_cost.c
  *		amcostestimate.
  *
- * genericcostestimate() supplies the selectivity and the per-tuple CPU
- * costs, but it charges index pages from the size of the index relation,
- * which for amrtree is only the metapage.  We replace that part with the
- * leaves the scan will visit: the tree's leaf count (or, at plan time before
- * any use, reltuples over the typical fill) times the selectivity, each leaf
- * costing a fraction of a page read because leaves are read from memory
- * (PMEM) rather than through the buffer manager and the disk.  Descending
- * the DRAM inner nodes is startup cost.  The heap fetches are costed by the
- * planner itself from the selectivity, which is what makes a sequential
- * scan win for unselective queries.
+ * PostgreSQL's box operators carry fixed selectivity estimators (areasel is
+ * 0.5% whatever the window), so on its own the planner cannot tell a small
+ * window from one covering the whole table.  amrtree's inner nodes live in
+ * DRAM, so when the query box is a constant we ask the tree itself: the
+ * number of leaves the scan would visit, out of all leaves, is a selectivity
+ * measured on the actual data, at the price of a walk over the inner nodes
+ * (microseconds).  Otherwise we fall back to genericcostestimate().
+ *
+ * Leaves are read from memory (PMEM), not through the buffer manager and the
+ * disk, so a leaf costs a fraction of a page read; descending the DRAM inner
+ * nodes is startup cost.  The planner adds the heap fetches from the
+ * selectivity, which is what makes a sequential scan win for unselective
+ * queries.
  *
  *-------------------------------------------------------------------------
  */
@@ -20,9 +23,13 @@
 
 #include <math.h>
 
+#include "access/relation.h"
 #include "access/xlog.h"
+#include "nodes/nodeFuncs.h"
 #include "optimizer/cost.h"
 #include "optimizer/optimizer.h"
+#include "utils/geo_decls.h"
+#include "utils/lsyscache.h"
 #include "utils/selfuncs.h"
 #include "utils/spccache.h"
 
@@ -31,6 +38,91 @@
 /* cost of reading one leaf from PMEM, in units of seq_page_cost */
 #define AMR_LEAF_READ_FACTOR 0.25
 
+typedef struct TreeProbe
+{
+	double		selectivity;
+	double		leaves_fetched;
+	double		leaves;
+	double		entries;
+	int			nquals;
+} TreeProbe;
+
+/*
+ * Measure the selectivity of the index quals on the tree, if every qual is
+ * "indexed column <op> constant box".
+ */
+static bool
+probe_tree(PlannerInfo *root, IndexOptInfo *index, IndexPath *path,
+		   TreeProbe *probe)
+{
+	AmrScanKey	keys[16];
+	int			nkeys = 0;
+	ListCell   *lc;
+	Relation	irel;
+	AmrTree    *t;
+	uint64		matched;
+
+	if (!amr_is_ready())
+		return false;
+
+	foreach(lc, path->indexclauses)
+	{
+		IndexClause *ic = lfirst_node(IndexClause, lc);
+		ListCell   *lc2;
+
+		foreach(lc2, ic->indexquals)
+		{
+			RestrictInfo *ri = lfirst_node(RestrictInfo, lc2);
+			OpExpr	   *op;
+			Node	   *arg;
+			int			strategy;
+			BOX		   *q;
+
+			if (!IsA(ri->clause, OpExpr) || nkeys >= lengthof(keys))
+				return false;
+			op = (OpExpr *) ri->clause;
+			if (list_length(op->args) != 2)
+				return false;
+			arg = estimate_expression_value(root, (Node *) lsecond(op->args));
+			if (!IsA(arg, Const) || ((Const *) arg)->constisnull)
+				return false;
+			strategy = get_op_opfamily_strategy(op->opno, index->opfamily[0]);
+			if (strategy < 1 || strategy > AMR_NUM_STRATEGIES)
+				return false;
+			q = DatumGetBoxP(((Const *) arg)->constvalue);
+			keys[nkeys].strategy = strategy;
+			keys[nkeys].query.xlo = q->low.x;
+			keys[nkeys].query.ylo = q->low.y;
+			keys[nkeys].query.xhi = q->high.x;
+			keys[nkeys].query.yhi = q->high.y;
+			keys[nkeys].prune = !amr_box_has_nan(&keys[nkeys].query);
+			nkeys++;
+		}
+	}
+	if (nkeys == 0)
+		return false;
+
+	irel = relation_open(index->indexoid, NoLock);
+	t = amr_tree_open_extended(irel, true);
+	relation_close(irel, NoLock);
+	if (t == NULL)
+		return false;
+
+	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
+	matched = amr_count_leaves(&amr_store, t, keys, nkeys);
+	probe->leaves = (double) __atomic_load_n(&t->nleaves, __ATOMIC_RELAXED);
+	probe->entries = (double) __atomic_load_n(&t->nentries, __ATOMIC_RELAXED);
+	LWLockRelease(amr_tree_lock(t));
+
+	if (probe->leaves < 1 || probe->entries < 1)
+		return false;
+	probe->leaves_fetched = (double) matched;
+	probe->selectivity = Max((double) matched / probe->leaves, 1.0 / probe->entries);
+	probe->selectivity = Min(probe->selectivity, 1.0);
+	probe->nquals = nkeys;
+	return true;
+}
+
 void
 amrcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 				Cost *indexStartupCost, Cost *indexTotalCost,
@@ -38,27 +130,45 @@ amrcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 				double *indexPages)
 {
 	IndexOptInfo *index = path->indexinfo;
-	GenericCosts costs;
-	double		leaves;
+	TreeProbe	probe;
+	double		tuples;
 	double		leaves_fetched;
 	double		height;
 	double		seq_page_cost;
+	double		qual_op_cost;
+	Selectivity sel;
 
-	MemSet(&costs, 0, sizeof(costs));
-	genericcostestimate(root, path, loop_count, &costs);
+	if (probe_tree(root, index, path, &probe))
+	{
+		sel = probe.selectivity;
+		tuples = sel * probe.entries;
+		leaves_fetched = probe.leaves_fetched;
+		height = Max(1.0, ceil(log(probe.leaves) / log(AMR_INNER_FANOUT)));
+		qual_op_cost = cpu_operator_cost * probe.nquals;
+	}
+	else
+	{
+		GenericCosts costs;
+		double		leaves;
 
-	leaves = Max(1.0, ceil(index->tuples / AMR_TYPICAL_LEAF_ENTRIES));
-	height = Max(1.0, ceil(log(leaves) / log(AMR_INNER_FANOUT)));
-	/* neighbouring leaves overlap: a window touches some beyond its share */
-	leaves_fetched = Min(leaves, ceil(costs.indexSelectivity * leaves) + 1.0);
+		MemSet(&costs, 0, sizeof(costs));
+		genericcostestimate(root, path, loop_count, &costs);
+		sel = costs.indexSelectivity;
+		tuples = costs.numIndexTuples;
+		leaves = Max(1.0, ceil(index->tuples / AMR_TYPICAL_LEAF_ENTRIES));
+		/* neighbouring leaves overlap: a window touches some beyond its share */
+		leaves_fetched = Min(leaves, ceil(sel * leaves) + 1.0);
+		height = Max(1.0, ceil(log(leaves) / log(AMR_INNER_FANOUT)));
+		qual_op_cost = cpu_operator_cost * list_length(path->indexclauses);
+	}
+
 	get_tablespace_page_costs(index->reltablespace, NULL, &seq_page_cost);
-
 	*indexStartupCost = height * AMR_INNER_FANOUT * cpu_operator_cost;
-	*indexTotalCost = Max(costs.indexTotalCost -
-						  costs.numIndexPages * costs.spc_random_page_cost, 0.0)
-		+ *indexStartupCost
-		+ leaves_fetched * AMR_LEAF_READ_FACTOR * seq_page_cost;
-	*indexSelectivity = costs.indexSelectivity;
+	*indexTotalCost = *indexStartupCost
+		+ leaves_fetched * AMR_LEAF_READ_FACTOR * seq_page_cost
+		+ leaves_fetched * AMR_LEAF_CAPACITY * qual_op_cost
+		+ tuples * cpu_index_tuple_cost;
+	*indexSelectivity = sel;
 	*indexCorrelation = 0.0;
 	*indexPages = leaves_fetched;
 
@@ -66,7 +176,7 @@ amrcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	 * Where the index cannot be used (not preloaded, a hot standby), steer
 	 * the planner away from it; a scan that still happens raises the error.
 	 */
-	if (!amr_preloaded || RecoveryInProgress())
+	if (!amr_is_ready())
 	{
 		*indexStartupCost += disable_cost;
 		*indexTotalCost += disable_cost;

@@ -126,7 +126,7 @@ amr_tree_free_storage(uint32 tree_no)
 			continue;
 		LWLockAcquire(amr_leaf_lock(id), LW_EXCLUSIVE);
 		word = amr_lt_release(s, id);
-		amr_free_slot(word);
+		amr_free_word_slot(&amr_store, word);
 		amr_bitmap_clear(s->leaf_ids_used, id);
 		memset(&s->leaves[id], 0, sizeof(AmrLeafVolatile));
 		s->leaves[id].rightlink = AMR_INVALID_LEAF;

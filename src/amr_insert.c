@@ -26,89 +26,6 @@
 #include "storage/itemptr.h"
 #include "utils/rel.h"
 
-/* Resources reserved before the exclusive part of a split. */
-typedef struct SplitReservation
-{
-	uint32		new_leaf;
-	uint32		slot_left;
-	uint32		slot_right;
-	int			nnodes;
-	uint32		nodes[AMR_MAX_HEIGHT + 1];
-} SplitReservation;
-
-static void
-reserve_for_split(Relation index, AmrTree *t, SplitReservation *r)
-{
-	AmrStore   *s = &amr_store;
-	int			i;
-
-	r->new_leaf = AMR_INVALID_LEAF;
-	r->slot_left = r->slot_right = UINT32_MAX;
-	r->nnodes = 0;
-	for (i = 0; i <= AMR_MAX_HEIGHT; i++)
-		r->nodes[i] = AMR_INVALID_NODE;
-
-	PG_TRY();
-	{
-		int			need = amr_split_nodes_needed(t);
-
-		r->new_leaf = amr_alloc_leaf_id(index);
-		r->slot_left = amr_alloc_pmem_slot(index);
-		r->slot_right = amr_alloc_pmem_slot(index);
-		if (need > AMR_MAX_HEIGHT)
-			amr_report_status(AMR_ERR_TOO_TALL, index);
-		for (i = 0; i < need; i++)
-		{
-			if (amr_node_alloc(s, &r->nodes[i], 1) != AMR_OK)
-				amr_report_status(AMR_ERR_DRAM_FULL, index);
-			r->nnodes++;
-		}
-	}
-	PG_CATCH();
-	{
-		if (r->new_leaf != AMR_INVALID_LEAF)
-			amr_bitmap_clear(s->leaf_ids_used, r->new_leaf);
-		if (r->slot_left != UINT32_MAX)
-			amr_bitmap_clear(s->pmem_used, r->slot_left);
-		if (r->slot_right != UINT32_MAX)
-			amr_bitmap_clear(s->pmem_used, r->slot_right);
-		for (i = 0; i <= AMR_MAX_HEIGHT; i++)
-			if (r->nodes[i] != AMR_INVALID_NODE)
-				amr_node_free(s, r->nodes[i]);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-}
-
-static void
-release_reservation(SplitReservation *r)
-{
-	AmrStore   *s = &amr_store;
-	int			i;
-
-	if (r->new_leaf != AMR_INVALID_LEAF)
-		amr_bitmap_clear(s->leaf_ids_used, r->new_leaf);
-	if (r->slot_left != UINT32_MAX)
-		amr_bitmap_clear(s->pmem_used, r->slot_left);
-	if (r->slot_right != UINT32_MAX)
-		amr_bitmap_clear(s->pmem_used, r->slot_right);
-	for (i = 0; i <= AMR_MAX_HEIGHT; i++)
-		if (r->nodes[i] != AMR_INVALID_NODE)
-			amr_node_free(s, r->nodes[i]);
-}
-
-static inline AmrFBox
-entry_box(const AmrLeafEntry *e)
-{
-	if (e->flags & AMR_ENTRY_FLAG_NULL)
-	{
-		AmrFBox		zero = {0, 0, 0, 0};
-
-		return zero;
-	}
-	return amr_fbox_from_box(&e->key);
-}
-
 /* Fast path; returns false if the tree has no leaf or the leaf is full. */
 static bool
 try_append(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
@@ -144,120 +61,30 @@ try_append(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 }
 
 static void
-write_first_leaf(AmrTree *t, const AmrLeafEntry *e, bool nulls,
-				 const AmrFBox *box, SplitReservation *r)
-{
-	AmrStore   *s = &amr_store;
-	uint32		leaf_id = r->new_leaf;
-	uint32		version = AMR_WORD_VERSION(amr_lt_word(s, leaf_id)) + 1;
-	AmrLeaf    *img = amr_pmem_slot(s, r->slot_left);
-	AmrFBox		mbr = nulls ? amr_fbox_empty() : *box;
-
-	amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation, version, nulls);
-	img->entries[0] = *e;
-	img->hdr.nentries = 1;
-	amr_persist(img, offsetof(AmrLeaf, entries) + sizeof(AmrLeafEntry));
-
-	START_CRIT_SECTION();
-	amr_lt_publish_new(s, leaf_id, t->tree_no, t->generation,
-					   nulls ? AMR_LT_FLAG_NULLS : 0, AMR_INVALID_LEAF, 0,
-					   AMR_TIER_PMEM, r->slot_left, &mbr);
-	memset(&s->leaves[leaf_id], 0, sizeof(AmrLeafVolatile));
-	s->leaves[leaf_id].rightlink = AMR_INVALID_LEAF;
-	amr_add_first_leaf(s, t, nulls, leaf_id, nulls ? box : &mbr);
-	__atomic_add_fetch(&t->nleaves, 1, __ATOMIC_RELAXED);
-	END_CRIT_SECTION();
-
-	r->new_leaf = AMR_INVALID_LEAF;
-	r->slot_left = UINT32_MAX;
-}
-
-static void
-split_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *full,
-		   uint64 word, const AmrPath *path, const AmrLeafEntry *e,
-		   bool nulls, SplitReservation *r)
-{
-	AmrStore   *s = &amr_store;
-	PGAlignedBlock left_buf;
-	PGAlignedBlock right_buf;
-	AmrLeaf    *left = (AmrLeaf *) left_buf.data;
-	AmrLeaf    *right = (AmrLeaf *) right_buf.data;
-	uint32		old_version = AMR_WORD_VERSION(word);
-	uint32		right_version = AMR_WORD_VERSION(amr_lt_word(s, r->new_leaf)) + 1;
-	AmrFBox		left_box,
-				right_box;
-	AmrLeafVolatile *lv = &s->leaves[leaf_id];
-	AmrLeafVolatile *rv = &s->leaves[r->new_leaf];
-	uint64		old_word;
-	uint32		lflags = nulls ? AMR_LT_FLAG_NULLS : 0;
-
-	amr_leaf_image_init(left, leaf_id, t->tree_no, t->generation, old_version + 1, nulls);
-	amr_leaf_image_init(right, r->new_leaf, t->tree_no, t->generation, right_version, nulls);
-	amr_leaf_split_images(full, e, left, right);
-	if (nulls)
-	{
-		left_box = right_box = amr_fbox_empty();
-	}
-	else
-	{
-		left_box = amr_leaf_image_mbr(left);
-		right_box = amr_leaf_image_mbr(right);
-	}
-
-	/* data first: both images durable before anything points at them */
-	amr_memcpy_nodrain(amr_pmem_slot(s, r->slot_right), right,
-					   offsetof(AmrLeaf, entries) + right->hdr.nentries * sizeof(AmrLeafEntry));
-	amr_memcpy_nodrain(amr_pmem_slot(s, r->slot_left), left,
-					   offsetof(AmrLeaf, entries) + left->hdr.nentries * sizeof(AmrLeafEntry));
-	amr_drain();
-
-	START_CRIT_SECTION();
-	amr_lt_publish_new(s, r->new_leaf, t->tree_no, t->generation, lflags,
-					   leaf_id, old_version, AMR_TIER_PMEM, r->slot_right, &right_box);
-	/* commit point */
-	old_word = amr_lt_switch(s, leaf_id, AMR_TIER_PMEM, r->slot_left, &left_box);
-	amr_free_slot(old_word);
-
-	/* GiST-style links so scans that started before the split find moved
-	 * entries: the right half inherits the old NSN and right link */
-	memset(rv, 0, sizeof(*rv));
-	rv->nsn = lv->nsn;
-	rv->rightlink = lv->rightlink;
-	rv->hotness = lv->hotness;
-	rv->last_access = lv->last_access;
-	lv->nsn = __atomic_add_fetch(&t->nsn, 1, __ATOMIC_SEQ_CST);
-	lv->rightlink = r->new_leaf;
-	lv->smo_count++;
-	rv->smo_count = lv->smo_count;
-
-	amr_apply_leaf_split(s, t, nulls, path,
-						 nulls ? &(AmrFBox) {0, 0, 0, 0} : &left_box,
-						 r->new_leaf,
-						 nulls ? &(AmrFBox) {0, 0, 0, 0} : &right_box,
-						 r->nodes);
-	__atomic_add_fetch(&t->nleaves, 1, __ATOMIC_RELAXED);
-	END_CRIT_SECTION();
-
-	r->new_leaf = AMR_INVALID_LEAF;
-	r->slot_left = r->slot_right = UINT32_MAX;
-}
-
-static void
 insert_slow(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 			const AmrFBox *box)
 {
 	AmrStore   *s = &amr_store;
-	SplitReservation r;
+	AmrReservation r;
+	PGAlignedBlock left;
+	PGAlignedBlock right;
 
 	for (;;)
 	{
 		AmrPath		path;
 		uint32		leaf_id;
 		bool		retry = false;
+		AmrStatus	st;
 
-		/* an ERROR releases the LWLocks; the reservation is ours to undo */
+		/*
+		 * Reserve first, under the publish lock (amrtree_check waits out
+		 * reservations not yet published).  An ERROR releases the LWLocks;
+		 * the reservation is ours to undo.
+		 */
 		LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-		reserve_for_split(index, t, &r);
+		st = amr_reserve(s, t, &r);
+		if (st != AMR_OK)
+			amr_report_status(st, index);
 		PG_TRY();
 		{
 			LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
@@ -268,8 +95,10 @@ insert_slow(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 				leaf_id = amr_choose_leaf(s, t, nulls, box, &path);
 				if (leaf_id == AMR_INVALID_LEAF)
 				{
-					write_first_leaf(t, e, nulls, box, &r);
+					START_CRIT_SECTION();
+					amr_publish_first_leaf(s, t, e, nulls, &r);
 					__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
+					END_CRIT_SECTION();
 				}
 				else
 				{
@@ -284,7 +113,13 @@ insert_slow(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 					if (leaf->hdr.nentries < AMR_LEAF_CAPACITY)
 						amr_leaf_append_pmem(s, leaf_id, leaf, e, box);
 					else
-						split_leaf(index, t, leaf_id, leaf, word, &path, e, nulls, &r);
+					{
+						START_CRIT_SECTION();
+						amr_publish_split(s, t, leaf_id, leaf, word, &path, e,
+										  nulls, &r, (AmrLeaf *) left.data,
+										  (AmrLeaf *) right.data);
+						END_CRIT_SECTION();
+					}
 					s->leaves[leaf_id].updates++;
 					__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
 					LWLockRelease(amr_leaf_lock(leaf_id));
@@ -294,11 +129,11 @@ insert_slow(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 		}
 		PG_CATCH();
 		{
-			release_reservation(&r);
+			amr_release_reservation(s, &r);
 			PG_RE_THROW();
 		}
 		PG_END_TRY();
-		release_reservation(&r);
+		amr_release_reservation(s, &r);
 		LWLockRelease(&amr_shared->publish_lock);
 		if (!retry)
 			return;
@@ -309,7 +144,7 @@ void
 amr_insert_entry(Relation index, AmrTree *t, const AmrLeafEntry *e)
 {
 	bool		nulls = (e->flags & AMR_ENTRY_FLAG_NULL) != 0;
-	AmrFBox		box = entry_box(e);
+	AmrFBox		box = amr_entry_fbox(e);
 
 	if (!try_append(index, t, e, nulls, &box))
 		insert_slow(index, t, e, nulls, &box);

@@ -33,8 +33,8 @@ amr_report_status(AmrStatus st, Relation index)
 			ereport(ERROR,
 					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 					 errmsg("amrtree DRAM area is full (index \"%s\")", name),
-					 errdetail("All %u inner nodes that fit in amrtree.dram_size = %d MB are in use.",
-							   amr_store.nnodes, amr_dram_size_mb),
+					 errdetail("All %u inner nodes that fit in amrtree.dram_size = %d kB are in use.",
+							   amr_store.nnodes, amr_dram_size_kb),
 					 errhint("Raise amrtree.dram_size and restart the server.")));
 			break;
 		case AMR_ERR_PMEM_FULL:
@@ -83,24 +83,6 @@ amr_alloc_pmem_slot(Relation index)
 	if (slot < 0)
 		amr_report_status(AMR_ERR_PMEM_FULL, index);
 	return (uint32) slot;
-}
-
-/* Return the slot a (former) Leaf Table word referenced to its free map. */
-void
-amr_free_slot(uint64 word)
-{
-	switch (AMR_WORD_TIER(word))
-	{
-		case AMR_TIER_PMEM:
-			amr_bitmap_clear(amr_store.pmem_used, AMR_WORD_SLOT(word));
-			break;
-		case AMR_TIER_SSD:
-			if (amr_store.ssd_used)
-				amr_bitmap_clear(amr_store.ssd_used, AMR_WORD_SLOT(word));
-			break;
-		default:
-			break;
-	}
 }
 
 /*

@@ -237,8 +237,8 @@ amr_reconcile(void)
 				ereport(ERROR,
 						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 						 errmsg("amrtree DRAM area is too small to hold the inner nodes of every index"),
-						 errdetail("%u inner nodes fit in amrtree.dram_size = %d MB; the pool holds %u leaves.",
-								   s->nnodes, amr_dram_size_mb, live_leaves),
+						 errdetail("%u inner nodes fit in amrtree.dram_size = %d kB; the pool holds %u leaves.",
+								   s->nnodes, amr_dram_size_kb, live_leaves),
 						 errhint("Raise amrtree.dram_size and restart the server.")));
 		}
 	}

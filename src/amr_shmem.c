@@ -455,7 +455,7 @@ compute_layout(AmrShmemLayout *l)
 	off = CACHELINEALIGN(off + amr_bitmap_size(lt));
 
 	/* inner nodes: amrtree.dram_size */
-	node_bytes = pool_status == AMR_POOL_READY ? (Size) amr_dram_size_mb * 1024 * 1024 : 0;
+	node_bytes = pool_status == AMR_POOL_READY ? (Size) amr_dram_size_kb * 1024 : 0;
 	l->nnodes = (uint32) Min(node_bytes / sizeof(AmrInnerNode), (Size) UINT32_MAX - 1);
 	l->off_nodes_bitmap = off;
 	off = CACHELINEALIGN(off + amr_bitmap_size(l->nnodes));
@@ -560,6 +560,13 @@ amr_shmem_init_hooks(void)
 	shmem_request_hook = amr_shmem_request;
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = amr_shmem_startup;
+}
+
+bool
+amr_is_ready(void)
+{
+	return amr_preloaded && amr_shared != NULL &&
+		pool_status == AMR_POOL_READY && !RecoveryInProgress();
 }
 
 void

@@ -146,7 +146,7 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 							   offsetof(AmrLeaf, entries) + kept * sizeof(AmrLeafEntry));
 			/* commit point */
 			old_word = amr_lt_switch(s, leaf_id, AMR_TIER_PMEM, slot, &mbr);
-			amr_free_slot(old_word);
+			amr_free_word_slot(&amr_store, old_word);
 			v->updates++;
 			__atomic_sub_fetch(&t->nentries, removed, __ATOMIC_RELAXED);
 		}

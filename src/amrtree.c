@@ -22,7 +22,7 @@
 
 PG_MODULE_MAGIC;
 
-int			amr_dram_size_mb = 64;
+int			amr_dram_size_kb = 64 * 1024;
 char	   *amr_pmem_path = NULL;
 int			amr_pmem_size_mb = 256;
 int			amr_persist_mode_setting = AMR_PERSIST_CLWB;
@@ -46,10 +46,10 @@ define_gucs(void)
 							"Shared memory for amrtree inner nodes.",
 							"Inner nodes of every amrtree index live here; they "
 							"are rebuilt from the Leaf Table at startup.",
-							&amr_dram_size_mb,
-							64, 1, 1024 * 1024,
+							&amr_dram_size_kb,
+							64 * 1024, 256, INT_MAX / 2,
 							PGC_POSTMASTER,
-							GUC_UNIT_MB,
+							GUC_UNIT_KB,
 							NULL, NULL, NULL);
 	DefineCustomStringVariable("amrtree.pmem_path",
 							   "Path of the persistent-memory pool holding the "

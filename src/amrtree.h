@@ -28,7 +28,7 @@
 #define AMRTREE_EXTENSION_VERSION "0.1"
 
 /* ---- GUCs (amrtree.c) ---- */
-extern int	amr_dram_size_mb;
+extern int	amr_dram_size_kb;
 extern char *amr_pmem_path;
 extern int	amr_pmem_size_mb;
 extern int	amr_persist_mode_setting;
@@ -83,6 +83,7 @@ extern void amr_pool_describe(StringInfo buf);
  * pool and rebuilds the inner nodes from the Leaf Table.
  */
 extern void amr_require_ready(void);
+extern bool amr_is_ready(void);
 
 /* ---- reconciliation (amr_reconcile.c) ---- */
 extern void amr_reconcile(void);
@@ -135,7 +136,6 @@ amr_leaf_lock(uint32 leaf_id)
 extern void amr_report_status(AmrStatus st, Relation index);
 extern uint32 amr_alloc_leaf_id(Relation index);
 extern uint32 amr_alloc_pmem_slot(Relation index);
-extern void amr_free_slot(uint64 word);
 extern AmrLeaf *amr_leaf_resolve(Relation index, AmrTree *t, uint32 leaf_id,
 								 uint64 *word_out);
 extern void amr_leaf_access(uint32 leaf_id);

@@ -450,3 +450,32 @@ amr_collect_leaves(const AmrStore *s, const AmrTree *t, bool nulls,
 		}
 	}
 }
+
+uint64_t
+amr_count_leaves(const AmrStore *s, const AmrTree *t, const AmrScanKey *keys,
+				 int nkeys)
+{
+	uint32_t	stack[AMR_MAX_HEIGHT * AMR_INNER_FANOUT];
+	int			sp = 0;
+	uint64_t	count = 0;
+
+	if (t->root == AMR_INVALID_NODE)
+		return 0;
+	stack[sp++] = t->root;
+	while (sp > 0)
+	{
+		const AmrInnerNode *n = &s->nodes[stack[--sp]];
+		int			i;
+
+		for (i = 0; i < n->count; i++)
+		{
+			if (!entry_matches(n, i, keys, nkeys))
+				continue;
+			if (n->level == 1)
+				count++;
+			else
+				stack[sp++] = n->child[i];
+		}
+	}
+	return count;
+}

@@ -275,6 +275,10 @@ extern void amr_collect_leaves(const AmrStore *s, const AmrTree *t, bool nulls,
 							   AmrLeafList *out, AmrReallocFn realloc_fn,
 							   void *realloc_arg);
 
+/* Number of leaves (box side) a scan with these keys would visit. */
+extern uint64_t amr_count_leaves(const AmrStore *s, const AmrTree *t,
+								 const AmrScanKey *keys, int nkeys);
+
 extern void amr_leaf_list_push(AmrLeafList *out, uint32_t id,
 							   AmrReallocFn realloc_fn, void *arg);
 
@@ -300,6 +304,53 @@ extern AmrStatus amr_build_levels(AmrStore *s, AmrTree *t, bool nulls,
 /* R*-tree split of n boxes; goes_right[i] set for the second group. */
 extern void amr_rstar_split(const AmrFBox *boxes, int n, int min_fill,
 							uint8_t *goes_right);
+
+/* ---- Structure-modifying operations (amr_ops.c) ---- */
+
+#define AMR_INVALID_SLOT		UINT32_MAX
+
+/*
+ * What a split (or a tree's first leaf) may consume, reserved before the
+ * first persistent change so that running out of anything fails cleanly.
+ */
+typedef struct AmrReservation
+{
+	uint32_t	new_leaf;
+	uint32_t	slot_left;
+	uint32_t	slot_right;
+	int			nnodes;
+	uint32_t	nodes[AMR_MAX_HEIGHT + 1];
+} AmrReservation;
+
+extern void amr_reservation_init(AmrReservation *r);
+extern AmrStatus amr_reserve(AmrStore *s, const AmrTree *t, AmrReservation *r);
+
+/* Return whatever the operation did not consume. */
+extern void amr_release_reservation(AmrStore *s, AmrReservation *r);
+
+extern AmrFBox amr_entry_fbox(const AmrLeafEntry *e);
+
+/* Return the slot a (former) Leaf Table word referenced to its bitmap. */
+extern void amr_free_word_slot(AmrStore *s, uint64_t word);
+
+/* Publish the first leaf of an empty side.  Tree held exclusively. */
+extern void amr_publish_first_leaf(AmrStore *s, AmrTree *t,
+								   const AmrLeafEntry *e, bool nulls,
+								   AmrReservation *r);
+
+/*
+ * Split the full leaf (image "full", Leaf Table word "word") reached by
+ * "path", adding entry e.  left/right are scratch images.  Tree and leaf
+ * held exclusively; the path's boxes already cover e.
+ */
+extern void amr_publish_split(AmrStore *s, AmrTree *t, uint32_t leaf_id,
+							  const AmrLeaf *full, uint64_t word,
+							  const AmrPath *path, const AmrLeafEntry *e,
+							  bool nulls, AmrReservation *r,
+							  AmrLeaf *left, AmrLeaf *right);
+
+/* Single-threaded insert for tools and tests (no locking). */
+extern AmrStatus amr_insert_single(AmrStore *s, AmrTree *t, const AmrLeafEntry *e);
 
 /* ---- Checks (amr_check.c) ---- */
 

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# The whole amrtree test suite, from a fresh Debian 12 machine:
+#   dependencies -> build (warnings fail) -> install -> core unit tests
+#   -> pg_regress -> isolation -> TAP (restart, crash, pgbench, limits)
+# Servers run as the unprivileged "postgres" user in throwaway clusters with
+# amrtree in shared_preload_libraries.  Ends with "N passed, N failed".
+#
+# Usage: scripts/test.sh [--no-deps] [--only core|regress|isolation|tap] [TAP files...]
+
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+DO_DEPS=1
+ONLY=""
+TAP_FILES=()
+while [ $# -gt 0 ]; do
+	case "$1" in
+		--no-deps) DO_DEPS=0 ;;
+		--only) ONLY="$2"; shift ;;
+		-h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+		*) TAP_FILES+=("$1") ;;
+	esac
+	shift
+done
+
+[ "$DO_DEPS" = 1 ] && install_deps
+build_install
+
+WORK="$(pg_owned_dir "$AMR_ROOT/.test-run")"
+as_root rm -rf "$WORK/src" "$WORK/regress" "$WORK/isolation" "$WORK/tap"
+mkdir -p "$WORK/src"
+cp -a "$AMR_ROOT/sql" "$AMR_ROOT/expected" "$AMR_ROOT/specs" "$AMR_ROOT/t" "$AMR_ROOT/test" "$WORK/src/"
+mkdir -p "$WORK/src/bench" && cp -a "$AMR_ROOT/bench/data" "$WORK/src/bench/" 2>/dev/null || true
+mkdir -p "$WORK/regress" "$WORK/isolation" "$WORK/tap"
+as_root chown -R "$AMR_PG_USER" "$WORK"
+
+POOL_TAG="amrtree-test-$$"
+cleanup() { rm -f /dev/shm/"$POOL_TAG"-*.pool /dev/shm/"$POOL_TAG"-*.pool.grow 2>/dev/null || true; }
+trap cleanup EXIT
+
+PASSED=0
+FAILED=0
+FAILED_NAMES=()
+record() {	# name status
+	if [ "$2" = ok ]; then PASSED=$((PASSED + 1)); else FAILED=$((FAILED + 1)); FAILED_NAMES+=("$1"); fi
+}
+
+write_conf() {	# file pool-name
+	cat > "$1" <<CONF
+shared_preload_libraries = 'amrtree'
+amrtree.pmem_path = '/dev/shm/${POOL_TAG}-$2.pool'
+amrtree.pmem_size = 256MB
+amrtree.dram_size = 16MB
+max_prepared_transactions = 4
+log_min_messages = warning
+CONF
+	chown "$AMR_PG_USER" "$1" 2>/dev/null || true
+}
+
+run_core() {
+	say "core unit tests (no server)"
+	local out="$WORK/core.out"
+	if make -C "$AMR_ROOT/test/core" -s >"$out" 2>&1 && "$AMR_ROOT/test/core/amr_core_test" >>"$out" 2>&1; then :; fi
+	cat "$out"
+	while read -r status name; do
+		record "core/$name" "$status"
+	done < <(grep -E '^(ok|FAIL) ' "$out" | sed -E 's/^(ok|FAIL) (.*)$/\1 \2/')
+	grep -q '^ALL CORE TESTS RAN' "$out" || record "core/harness" fail
+}
+
+# pg_regress and pg_isolation_regress print one line per test:
+#   "test name ... ok" / "FAILED", or "ok 1 - name" in newer versions.
+tally_regress() {	# suite log
+	local suite="$1" log="$2" line name
+	while IFS= read -r line; do
+		if [[ "$line" =~ ^(test|[[:space:]]*)[[:space:]]*([A-Za-z0-9_-]+)[[:space:]]+\.\.\.[[:space:]]+(ok|FAILED|failed) ]]; then
+			name="${BASH_REMATCH[2]}"
+			[ "${BASH_REMATCH[3]}" = ok ] && record "$suite/$name" ok || record "$suite/$name" fail
+		fi
+	done < "$log"
+}
+
+run_regress() {
+	say "pg_regress (throwaway instance, amrtree preloaded)"
+	local tests
+	tests=$(sed -n 's/^REGRESS_TESTS[[:space:]]*=[[:space:]]*//p' "$AMR_ROOT/test/schedule.mk")
+	write_conf "$WORK/regress/amrtree.conf" regress
+	as_pg "$WORK/regress" timeout 900 "$PG_PGXS/src/test/regress/pg_regress" \
+		--temp-instance="$WORK/regress/instance" --temp-config="$WORK/regress/amrtree.conf" \
+		--bindir="$PG_BIN" --inputdir="$WORK/src" --outputdir="$WORK/regress" \
+		--port="$(free_port 55432)" --dbname=contrib_regression $tests \
+		> "$WORK/regress/run.log" 2>&1 || true
+	cat "$WORK/regress/run.log"
+	[ -f "$WORK/regress/regression.diffs" ] && head -200 "$WORK/regress/regression.diffs"
+	tally_regress regress "$WORK/regress/run.log"
+}
+
+run_isolation() {
+	say "isolation tests (throwaway instance, amrtree preloaded)"
+	local tests
+	tests=$(sed -n 's/^ISOLATION_TESTS[[:space:]]*=[[:space:]]*//p' "$AMR_ROOT/test/schedule.mk")
+	write_conf "$WORK/isolation/amrtree.conf" isolation
+	as_pg "$WORK/isolation" timeout 900 "$PG_PGXS/src/test/isolation/pg_isolation_regress" \
+		--temp-instance="$WORK/isolation/instance" --temp-config="$WORK/isolation/amrtree.conf" \
+		--bindir="$PG_BIN" --inputdir="$WORK/src" --outputdir="$WORK/isolation" \
+		--port="$(free_port 56432)" --dbname=isolation_regression $tests \
+		> "$WORK/isolation/run.log" 2>&1 || true
+	cat "$WORK/isolation/run.log"
+	[ -f "$WORK/isolation/regression.diffs" ] && head -200 "$WORK/isolation/regression.diffs"
+	tally_regress isolation "$WORK/isolation/run.log"
+}
+
+run_tap() {
+	say "TAP tests"
+	local files=("${TAP_FILES[@]}")
+	if [ ${#files[@]} -eq 0 ]; then
+		mapfile -t files < <(cd "$WORK/src" && ls t/*.pl)
+	fi
+	local f status
+	for f in "${files[@]}"; do
+		f="t/$(basename "$f")"
+		as_pg "$WORK/src" env PATH="$PG_BIN:$PATH" TESTDIR="$WORK/tap" \
+			PG_REGRESS="$PG_PGXS/src/test/regress/pg_regress" \
+			AMR_POOL_TAG="$POOL_TAG" AMR_SRC="$WORK/src" \
+			timeout 1200 prove -v -I "$PG_PGXS/src/test/perl" -I "$WORK/src/t" "$f" \
+			> "$WORK/tap/$(basename "$f").out" 2>&1 && status=ok || status=fail
+		grep -E '^(ok|not ok|#)|Result:|Failed|Dubious' "$WORK/tap/$(basename "$f").out" | grep -v '^# Looks' | tail -40
+		record "tap/$(basename "$f")" "$status"
+		if [ "$status" != ok ]; then
+			echo "--- server logs of $f:"
+			tail -n 40 "$WORK"/tap/tmp_check/log/*"$(basename "$f" .pl)"*.log 2>/dev/null || true
+		fi
+	done
+}
+
+[ -z "$ONLY" -o "$ONLY" = core ] && run_core
+[ -z "$ONLY" -o "$ONLY" = regress ] && run_regress
+[ -z "$ONLY" -o "$ONLY" = isolation ] && run_isolation
+[ -z "$ONLY" -o "$ONLY" = tap ] && run_tap
+
+echo
+if [ "$FAILED" -gt 0 ]; then
+	echo "failed: ${FAILED_NAMES[*]}"
+fi
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]

@@ -1,0 +1,679 @@
+/*
+ * amr_core_test.c
+ *		Unit tests of the PostgreSQL-free tree core, run without a server.
+ *
+ * The core is driven on ordinary memory standing in for the pool: inserts
+ * with splits, bulk packing and rebuilds are compared against brute force
+ * over every stored entry, and the structural checker must hold throughout.
+ * Prints "ok <name>" / "FAIL <name>" per test and a closing line.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amr_persist.h"
+#include "amr_tree.h"
+
+static int	failures = 0;
+static char failmsg[512];
+
+#define CHECK(cond, ...) \
+	do { \
+		if (!(cond)) { \
+			snprintf(failmsg, sizeof(failmsg), __VA_ARGS__); \
+			return false; \
+		} \
+	} while (0)
+
+/* deterministic PRNG (splitmix64) */
+static uint64_t rng_state = 12345;
+
+static uint64_t
+rng_next(void)
+{
+	uint64_t	z = (rng_state += UINT64_C(0x9E3779B97F4A7C15));
+
+	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+	return z ^ (z >> 31);
+}
+
+static double
+rnd(void)
+{
+	return (double) (rng_next() >> 11) / 9007199254740992.0;
+}
+
+/* ---- a store in plain memory ---- */
+
+#define T_SLOTS 60000
+#define T_NODES 20000
+
+static AmrStore st;
+static void *slot_mem;
+
+static void
+store_init(void)
+{
+	size_t		bsz;
+
+	memset(&st, 0, sizeof(st));
+	slot_mem = aligned_alloc(AMR_SLOT_SIZE, (size_t) T_SLOTS * AMR_SLOT_SIZE);
+	st.pmem_slots = slot_mem;
+	st.pmem_nslots = T_SLOTS;
+	st.lt = aligned_alloc(64, sizeof(AmrLeafTableEntry) * T_SLOTS);
+	memset(st.lt, 0, sizeof(AmrLeafTableEntry) * T_SLOTS);
+	st.lt_capacity = T_SLOTS;
+	st.tree_records = calloc(AMR_MAX_TREES, sizeof(AmrTreeRecord));
+	bsz = amr_bitmap_size(T_SLOTS);
+	st.pmem_used = malloc(bsz);
+	amr_bitmap_init(st.pmem_used, T_SLOTS);
+	st.leaf_ids_used = malloc(bsz);
+	amr_bitmap_init(st.leaf_ids_used, T_SLOTS);
+	st.nodes_used = malloc(amr_bitmap_size(T_NODES));
+	amr_bitmap_init(st.nodes_used, T_NODES);
+	st.nodes = calloc(T_NODES, sizeof(AmrInnerNode));
+	st.nnodes = T_NODES;
+	st.leaves = calloc(T_SLOTS, sizeof(AmrLeafVolatile));
+	st.trees = calloc(AMR_MAX_TREES, sizeof(AmrTree));
+}
+
+static void
+store_free(void)
+{
+	free(slot_mem);
+	free(st.lt);
+	free(st.tree_records);
+	free(st.pmem_used);
+	free(st.leaf_ids_used);
+	free(st.nodes_used);
+	free(st.nodes);
+	free(st.leaves);
+	free(st.trees);
+}
+
+static AmrTree *
+new_tree(uint32_t no)
+{
+	AmrTree    *t = &st.trees[no];
+
+	memset(t, 0, sizeof(*t));
+	t->tree_no = no;
+	t->generation = 1;
+	t->root = t->null_root = AMR_INVALID_NODE;
+	if (amr_tree_init_empty(&st, t) != AMR_OK)
+		abort();
+	return t;
+}
+
+static void *
+test_realloc(void *p, size_t size, void *arg)
+{
+	(void) arg;
+	return realloc(p, size);
+}
+
+/* ---- data ---- */
+
+typedef struct Row
+{
+	AmrBox		b;
+	bool		isnull;
+	uint32_t	id;
+} Row;
+
+static AmrBox
+random_box(int kind)
+{
+	AmrBox		b;
+	double		x = rnd(),
+				y = rnd();
+
+	switch (kind)
+	{
+		case 0:					/* point */
+			b.xlo = b.xhi = x;
+			b.ylo = b.yhi = y;
+			break;
+		case 1:					/* huge */
+			b.xlo = -1e300;
+			b.ylo = y - 1e200;
+			b.xhi = x * 1e300;
+			b.yhi = 1e250;
+			break;
+		case 2:					/* infinite */
+			b.xlo = -INFINITY;
+			b.ylo = y;
+			b.xhi = x;
+			b.yhi = INFINITY;
+			break;
+		case 3:					/* duplicate of a fixed box */
+			b.xlo = 0.25;
+			b.ylo = 0.25;
+			b.xhi = 0.2500004;	/* within EPSILON of the corner: fuzzy */
+			b.yhi = 0.26;
+			break;
+		default:
+			b.xlo = x;
+			b.ylo = y;
+			b.xhi = x + rnd() * 0.01;
+			b.yhi = y + rnd() * 0.01;
+	}
+	return b;
+}
+
+static int
+row_kind(void)
+{
+	uint64_t	r = rng_next() % 1000;
+
+	if (r < 20)
+		return 0;
+	if (r < 23)
+		return 1;
+	if (r < 26)
+		return 2;
+	if (r < 60)
+		return 3;
+	return 4;
+}
+
+static AmrLeafEntry
+make_entry(const Row *r)
+{
+	AmrLeafEntry e;
+
+	memset(&e, 0, sizeof(e));
+	if (r->isnull)
+		e.flags = AMR_ENTRY_FLAG_NULL;
+	else
+		e.key = r->b;
+	/* the row id travels in the TID fields */
+	e.tid_blk_hi = (uint16_t) (r->id >> 16);
+	e.tid_blk_lo = (uint16_t) (r->id & 0xFFFF);
+	e.tid_off = 1;
+	e.insert_lsn = r->id;
+	return e;
+}
+
+static uint32_t
+entry_row(const AmrLeafEntry *e)
+{
+	return ((uint32_t) e->tid_blk_hi << 16) | e->tid_blk_lo;
+}
+
+/* Every leaf of a scan's candidates, entries tested exactly: the rows. */
+static size_t
+index_search(AmrTree *t, const AmrScanKey *k, uint8_t *hit, size_t nrows)
+{
+	AmrLeafList list = {NULL, 0, 0};
+	size_t		found = 0;
+	uint32_t	i;
+
+	memset(hit, 0, nrows);
+	amr_collect_leaves(&st, t, false, k, 1, &list, test_realloc, NULL);
+	for (i = 0; i < list.n; i++)
+	{
+		uint64_t	w = amr_lt_word(&st, list.ids[i]);
+		AmrLeaf    *leaf = amr_pmem_slot(&st, AMR_WORD_SLOT(w));
+		uint64_t	j;
+
+		for (j = 0; j < leaf->hdr.nentries; j++)
+		{
+			const AmrLeafEntry *e = &leaf->entries[j];
+
+			if (!(e->flags & AMR_ENTRY_FLAG_NULL) &&
+				amr_leaf_match(k->strategy, &e->key, &k->query))
+			{
+				hit[entry_row(e)]++;
+				found++;
+			}
+		}
+	}
+	free(list.ids);
+	return found;
+}
+
+static AmrBox
+random_query(void)
+{
+	AmrBox		q;
+	double		x = rnd() * 1.1 - 0.05,
+				y = rnd() * 1.1 - 0.05;
+	double		w = rnd() < 0.2 ? rnd() * 0.5 : rnd() * 0.05;
+
+	q.xlo = x;
+	q.ylo = y;
+	q.xhi = x + w;
+	q.yhi = y + w * (0.5 + rnd());
+	if (rng_next() % 10 == 0)
+	{
+		/* hit the duplicates exactly, or within the fuzz */
+		q.xlo = 0.25;
+		q.ylo = 0.25;
+		q.xhi = 0.2500009;
+		q.yhi = 0.26;
+	}
+	return q;
+}
+
+/* Compare index search with brute force for all strategies. */
+static bool
+compare_searches(AmrTree *t, const Row *rows, size_t nrows, int nqueries)
+{
+	uint8_t    *hit = malloc(nrows);
+	int			qn,
+				s;
+
+	for (qn = 0; qn < nqueries; qn++)
+	{
+		AmrBox		q = random_query();
+
+		for (s = 1; s <= AMR_NUM_STRATEGIES; s++)
+		{
+			AmrScanKey	k = {s, true, q};
+			size_t		i;
+			size_t		expect = 0;
+			size_t		got = index_search(t, &k, hit, nrows);
+
+			for (i = 0; i < nrows; i++)
+			{
+				bool		m = !rows[i].isnull && amr_leaf_match(s, &rows[i].b, &q);
+
+				if (m)
+					expect++;
+				if ((m ? 1 : 0) != hit[i])
+				{
+					int			got_hits = hit[i];
+
+					free(hit);
+					CHECK(false, "strategy %d query (%g,%g,%g,%g): row %zu expected %d got %d",
+						  s, q.xlo, q.ylo, q.xhi, q.yhi, i, m, got_hits);
+				}
+			}
+			CHECK(got == expect, "strategy %d: %zu vs %zu rows", s, got, expect);
+		}
+	}
+	free(hit);
+	return true;
+}
+
+/* ---- tests ---- */
+
+static bool
+test_bitmap(void)
+{
+	AmrBitmap  *bm = malloc(amr_bitmap_size(130));
+	int			i;
+	int64_t		b;
+
+	amr_bitmap_init(bm, 130);
+	for (i = 0; i < 130; i++)
+		CHECK(amr_bitmap_alloc(bm) >= 0, "alloc %d failed", i);
+	CHECK(amr_bitmap_alloc(bm) == -1, "bitmap over-allocated");
+	CHECK(amr_bitmap_count(bm) == 130, "count %llu", (unsigned long long) amr_bitmap_count(bm));
+	CHECK(amr_bitmap_clear(bm, 77), "clear failed");
+	CHECK(!amr_bitmap_clear(bm, 77), "double clear succeeded");
+	b = amr_bitmap_alloc(bm);
+	CHECK(b == 77, "expected to reuse 77, got %lld", (long long) b);
+	CHECK(!amr_bitmap_set(bm, 5), "set of a used bit succeeded");
+	CHECK(!amr_bitmap_test(bm, 200), "bit beyond the end reported used");
+	free(bm);
+	return true;
+}
+
+static bool
+test_rounding(void)
+{
+	int			i;
+
+	for (i = 0; i < 200000; i++)
+	{
+		AmrBox		b = random_box(row_kind());
+		AmrFBox		f;
+
+		b.xlo = b.xlo * (rnd() * 1e6);
+		b.xhi = fmax(b.xhi * (rnd() * 1e6), b.xlo);
+		f = amr_fbox_from_box(&b);
+		CHECK(f.xlo <= b.xlo && f.ylo <= b.ylo && f.xhi >= b.xhi && f.yhi >= b.yhi,
+			  "float4 box does not cover (%g,%g,%g,%g)", b.xlo, b.ylo, b.xhi, b.yhi);
+	}
+	return true;
+}
+
+/*
+ * The property pruning rests on: whenever a key inside a bounding box
+ * matches, the bounding box (rounded outward to float4) passes the inner
+ * test.  Coordinates are drawn near each other so that the EPSILON fuzz and
+ * equalities are exercised.
+ */
+static bool
+test_inner_is_conservative(void)
+{
+	static const double specials[] = {0, 1e-7, -1e-7, 5e-7, 1e-6, 2e-6, 1, -1, INFINITY, -INFINITY, 1e300};
+	int			i,
+				s;
+
+	for (i = 0; i < 300000; i++)
+	{
+		double		v[8];
+		AmrBox		k,
+					m,
+					q;
+		AmrFBox		fm;
+		int			j;
+
+		for (j = 0; j < 8; j++)
+			v[j] = rng_next() % 4 == 0 ? specials[rng_next() % 11]
+				: floor(rnd() * 8) * 5e-7;
+		k.xlo = fmin(v[0], v[1]);
+		k.xhi = fmax(v[0], v[1]);
+		k.ylo = fmin(v[2], v[3]);
+		k.yhi = fmax(v[2], v[3]);
+		m.xlo = k.xlo - (rng_next() % 2) * 1e-6;
+		m.ylo = k.ylo - (rng_next() % 2) * 3e-7;
+		m.xhi = k.xhi + (rng_next() % 2) * 1e-6;
+		m.yhi = k.yhi;
+		q.xlo = fmin(v[4], v[5]);
+		q.xhi = fmax(v[4], v[5]);
+		q.ylo = fmin(v[6], v[7]);
+		q.yhi = fmax(v[6], v[7]);
+		fm = amr_fbox_from_box(&m);
+		for (s = 1; s <= AMR_NUM_STRATEGIES; s++)
+			CHECK(!amr_leaf_match(s, &k, &q) || amr_inner_match(s, &fm, &q),
+				  "strategy %d prunes a match: key (%g,%g,%g,%g) query (%g,%g,%g,%g)",
+				  s, k.xlo, k.ylo, k.xhi, k.yhi, q.xlo, q.ylo, q.xhi, q.yhi);
+	}
+	return true;
+}
+
+static bool
+test_rstar_split(void)
+{
+	int			round;
+
+	for (round = 0; round < 2000; round++)
+	{
+		AmrFBox		boxes[AMR_LEAF_CAPACITY + 1];
+		uint8_t		right[AMR_LEAF_CAPACITY + 1];
+		int			n = (int) AMR_LEAF_CAPACITY + 1;
+		int			min_fill = n * 2 / 5;
+		int			i,
+					nr = 0;
+
+		for (i = 0; i < n; i++)
+		{
+			AmrBox		b = random_box(round % 3 == 0 ? 3 : row_kind());
+
+			boxes[i] = amr_fbox_from_box(&b);
+		}
+		amr_rstar_split(boxes, n, min_fill, right);
+		for (i = 0; i < n; i++)
+			nr += right[i] ? 1 : 0;
+		CHECK(nr >= min_fill && n - nr >= min_fill, "unbalanced split %d/%d", nr, n - nr);
+	}
+	return true;
+}
+
+static bool
+test_checksum(void)
+{
+	static AmrLeaf leaf;
+	int			i;
+
+	amr_leaf_image_init(&leaf, 7, 1, 1, 3, false);
+	for (i = 0; i < 10; i++)
+	{
+		Row			r = {random_box(4), false, (uint32_t) i};
+
+		leaf.entries[i] = make_entry(&r);
+	}
+	leaf.hdr.nentries = 10;
+	amr_leaf_image_set_checksum(&leaf);
+	CHECK(amr_leaf_image_checksum_ok(&leaf), "fresh checksum does not verify");
+	leaf.entries[3].key.xlo += 1.0;
+	CHECK(!amr_leaf_image_checksum_ok(&leaf), "corruption not detected");
+	CHECK(amr_crc32c("123456789", 9) == 0xE3069283u, "CRC-32C check value");
+	return true;
+}
+
+static Row *
+make_rows(size_t n)
+{
+	Row		   *rows = malloc(sizeof(Row) * n);
+	size_t		i;
+
+	for (i = 0; i < n; i++)
+	{
+		rows[i].id = (uint32_t) i;
+		rows[i].isnull = rng_next() % 200 == 0;
+		rows[i].b = random_box(row_kind());
+	}
+	return rows;
+}
+
+static bool
+check_structure(AmrTree *t)
+{
+	uint8_t    *seen = malloc(st.lt_capacity);
+	char		buf[512];
+	const char *problem = amr_check_tree(&st, t, seen, buf, sizeof(buf));
+
+	free(seen);
+	CHECK(problem == NULL, "amr_check_tree: %s", problem);
+	return true;
+}
+
+static bool
+test_insert_and_search(void)
+{
+	size_t		n = 150000;
+	Row		   *rows = make_rows(n);
+	AmrTree    *t;
+	size_t		i;
+	bool		ok;
+
+	store_init();
+	t = new_tree(1);
+	for (i = 0; i < n; i++)
+	{
+		AmrLeafEntry e = make_entry(&rows[i]);
+
+		CHECK(amr_insert_single(&st, t, &e) == AMR_OK, "insert %zu failed", i);
+		if ((i == 1000 || i == 20000) && !check_structure(t))
+			return false;
+	}
+	CHECK(t->nentries == n, "tree counts %llu entries, inserted %zu",
+		  (unsigned long long) t->nentries, n);
+	CHECK(t->height >= 2, "150k entries should need two inner levels");
+	ok = check_structure(t) && compare_searches(t, rows, n, 60);
+
+	/* rebuild the inner nodes from the Leaf Table alone, as at startup */
+	if (ok)
+	{
+		AmrPackItem *items = malloc(sizeof(AmrPackItem) * st.lt_capacity);
+		AmrPackItem *scratch = malloc(sizeof(AmrPackItem) * st.lt_capacity);
+		uint32_t   *node_ids = malloc(sizeof(uint32_t) * st.lt_capacity);
+		size_t		nb = 0,
+					nn = 0;
+		uint32_t	id;
+
+		amr_tree_free_nodes(&st, t);
+		for (id = 0; id < st.lt_capacity; id++)
+		{
+			uint64_t	w = amr_lt_word(&st, id);
+
+			if (AMR_WORD_TIER(w) == AMR_TIER_NONE || (st.lt[id].flags & AMR_LT_FLAG_NULLS))
+				continue;
+			items[nb].box = amr_lt_mbr(&st, id, w);
+			items[nb++].ref = id;
+		}
+		CHECK(amr_build_levels(&st, t, false, items, nb, 56, scratch, node_ids) == AMR_OK,
+			  "rebuild of the box side failed");
+		for (id = 0; id < st.lt_capacity; id++)
+		{
+			uint64_t	w = amr_lt_word(&st, id);
+
+			if (AMR_WORD_TIER(w) == AMR_TIER_NONE || !(st.lt[id].flags & AMR_LT_FLAG_NULLS))
+				continue;
+			items[nn].box = (AmrFBox) {0, 0, 0, 0};
+			items[nn++].ref = id;
+		}
+		CHECK(amr_build_levels(&st, t, true, items, nn, 56, scratch, node_ids) == AMR_OK,
+			  "rebuild of the NULL side failed");
+		free(items);
+		free(scratch);
+		free(node_ids);
+		ok = check_structure(t) && compare_searches(t, rows, n, 30);
+		if (ok)
+		{
+			/* and the rebuilt tree keeps taking inserts */
+			for (i = 0; i < 5000; i++)
+			{
+				AmrLeafEntry e = make_entry(&rows[i]);
+
+				CHECK(amr_insert_single(&st, t, &e) == AMR_OK, "insert after rebuild");
+			}
+			ok = check_structure(t);
+		}
+	}
+	free(rows);
+	store_free();
+	return ok;
+}
+
+static bool
+test_bulk_pack(void)
+{
+	size_t		n = 40000;
+	AmrPackItem *items = malloc(sizeof(AmrPackItem) * n);
+	AmrPackItem *scratch = malloc(sizeof(AmrPackItem) * n);
+	uint32_t   *ids;
+	AmrTree    *t;
+	size_t		i;
+	bool		ok;
+	AmrScanKey	k;
+	AmrLeafList list = {NULL, 0, 0};
+	size_t		expect = 0;
+
+	store_init();
+	t = &st.trees[2];
+	memset(t, 0, sizeof(*t));
+	t->tree_no = 2;
+	t->generation = 1;
+	t->root = t->null_root = AMR_INVALID_NODE;
+	/* publish n single-entry leaves with known boxes */
+	for (i = 0; i < n; i++)
+	{
+		AmrBox		b = random_box(4);
+		AmrFBox		f = amr_fbox_from_box(&b);
+		int64_t		id = amr_bitmap_alloc(st.leaf_ids_used);
+		int64_t		slot = amr_bitmap_alloc(st.pmem_used);
+		AmrLeaf    *leaf = amr_pmem_slot(&st, (uint32_t) slot);
+
+		amr_leaf_image_init(leaf, (uint32_t) id, 2, 1, 1, false);
+		leaf->hdr.nentries = 0;
+		amr_lt_publish_new(&st, (uint32_t) id, 2, 1, 0, AMR_INVALID_LEAF, 0,
+						   AMR_TIER_PMEM, (uint32_t) slot, &f);
+		items[i].box = f;
+		items[i].ref = (uint32_t) id;
+	}
+	ids = malloc(sizeof(uint32_t) * amr_build_levels_nodes_needed(n, 50));
+	CHECK(amr_build_levels(&st, t, false, items, n, 50, scratch, ids) == AMR_OK, "pack failed");
+	CHECK(amr_build_levels(&st, t, true, items, 0, 50, scratch, ids) == AMR_OK, "empty pack failed");
+	ok = check_structure(t);
+
+	/* the collected candidates are exactly the leaves whose box passes */
+	k.strategy = AMR_STRAT_OVERLAP;
+	k.prune = true;
+	k.query = (AmrBox) {0.3, 0.3, 0.35, 0.4};
+	amr_collect_leaves(&st, t, false, &k, 1, &list, test_realloc, NULL);
+	for (i = 0; i < st.lt_capacity; i++)
+	{
+		uint64_t	w = amr_lt_word(&st, (uint32_t) i);
+		AmrFBox		f;
+
+		if (AMR_WORD_TIER(w) == AMR_TIER_NONE)
+			continue;
+		f = amr_lt_mbr(&st, (uint32_t) i, w);
+		if (amr_inner_match(k.strategy, &f, &k.query))
+			expect++;
+	}
+	if (ok && list.n < expect)
+	{
+		snprintf(failmsg, sizeof(failmsg), "collected %u leaves, %zu match", list.n, expect);
+		ok = false;
+	}
+	free(list.ids);
+	free(ids);
+	free(items);
+	free(scratch);
+	store_free();
+	return ok;
+}
+
+/* DRAM exhaustion fails cleanly and leaves no node behind. */
+static bool
+test_dram_full(void)
+{
+	AmrTree    *t;
+	AmrReservation r;
+	uint64_t	before;
+	int			i;
+
+	store_init();
+	t = new_tree(3);
+	for (i = 0; i < T_NODES; i++)
+	{
+		uint32_t	n;
+
+		if (amr_node_alloc(&st, &n, 1) != AMR_OK)
+			break;
+	}
+	before = amr_bitmap_count(st.nodes_used);
+	CHECK(amr_reserve(&st, t, &r) == AMR_ERR_DRAM_FULL, "reservation should fail");
+	CHECK(amr_bitmap_count(st.nodes_used) == before, "failed reservation leaked nodes");
+	CHECK(amr_bitmap_count(st.pmem_used) == 0, "failed reservation leaked slots");
+	CHECK(amr_bitmap_count(st.leaf_ids_used) == 0, "failed reservation leaked leaf ids");
+	store_free();
+	return true;
+}
+
+typedef bool (*TestFn) (void);
+
+int
+main(void)
+{
+	struct
+	{
+		const char *name;
+		TestFn		fn;
+	}			tests[] = {
+		{"bitmap", test_bitmap},
+		{"float4_rounding_covers", test_rounding},
+		{"inner_predicates_are_conservative", test_inner_is_conservative},
+		{"rstar_split_balanced", test_rstar_split},
+		{"leaf_checksum", test_checksum},
+		{"bulk_pack_and_collect", test_bulk_pack},
+		{"insert_split_search_rebuild", test_insert_and_search},
+		{"dram_full_is_clean", test_dram_full},
+	};
+	size_t		i;
+
+	amr_persist_init(AMR_PERSIST_CLWB);
+	for (i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
+	{
+		failmsg[0] = '\0';
+		if (tests[i].fn())
+			printf("ok %s\n", tests[i].name);
+		else
+		{
+			printf("FAIL %s: %s\n", tests[i].name, failmsg);
+			failures++;
+		}
+		fflush(stdout);
+	}
+	printf("ALL CORE TESTS RAN: %d failed\n", failures);
+	return failures ? 1 : 0;
+}

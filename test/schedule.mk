@@ -1,0 +1,4 @@
+# Test lists for scripts/test.sh (kept in make syntax so the Makefile could
+# include them too).
+REGRESS_TESTS = amrtree_basic amrtree_parity amrtree_maintenance
+ISOLATION_TESTS = insert_scan insert_vacuum
