@@ -19,7 +19,8 @@
  *	  street-hail location anywhere in the city) and is a random walk with a
  *	  persistent heading, small gradual turns plus occasional corner turns,
  *	  an autocorrelated lognormal speed, occasional stops (GPS jitter around
- *	  a fixed point) and rare GPS glitches (a fix a few km off the track).
+ *	  a fixed point, or crawling in traffic) and rare GPS glitches (a fix a
+ *	  few km off the track).
  *	  Positions reflect at the borders of the sample's bounding region.
  *	- Fixes are quantised like the source data (lon 1e-6 deg, lat 1e-5 deg,
  *	  time 1 s), which is what makes stopped taxis produce exactly
@@ -59,18 +60,18 @@
 #define T_SCALE		10000		/* time is seconds / 1e4: 4 decimals = 1 s */
 
 /* Bounding region of the sample (degrees); walks reflect at its borders. */
-#define REGION_XMIN	(-8.689)
-#define REGION_XMAX	(-8.562)
-#define REGION_YMIN	41.097
-#define REGION_YMAX	41.188
+#define REGION_XMIN	(-8.6891)
+#define REGION_XMAX	(-8.5623)
+#define REGION_YMIN	41.0972
+#define REGION_YMAX	41.1879
 
 /* Metres per degree at Porto's latitude (41.15 N), for metric step sizes. */
 #define M_PER_DEG_X	83832.0
 #define M_PER_DEG_Y	110574.0
 
 /* City centre (near Aliados / Baixa), around which stands are scattered. */
-#define CITY_X		(-8.611)
-#define CITY_Y		41.152
+#define CITY_X		(-8.614)
+#define CITY_Y		41.158
 
 #define STEP_SECONDS	15			/* GPS sampling period */
 #define T0_SECONDS		636858		/* 63.6858: first fix time of the sample */
@@ -88,56 +89,60 @@
  * Trip length in boxes: lognormal.  The full data set has ~21 trip-joining
  * boxes per 1,000, i.e. ~47 boxes per trip including the joining box.
  */
-#define TRIP_LEN_MEDIAN		38.0
+#define TRIP_LEN_MEDIAN		37.5
 #define TRIP_LEN_SIGMA		0.65
 #define TRIP_LEN_MIN		2
 #define TRIP_LEN_MAX		600
 
 /* Taxi stands: how many, how trip starts scatter around them. */
 #define N_STANDS			30
-#define STAND_SD_X_M		1800.0	/* stand scatter around the centre */
-#define STAND_SD_Y_M		1300.0
+#define STAND_SD_X_M		2200.0	/* stand scatter around the centre */
+#define STAND_SD_Y_M		900.0
 #define START_SD_M			120.0	/* trip start scatter around a stand */
 #define P_HAIL				0.30	/* trips starting away from any stand */
-#define HAIL_SD_X_M			2600.0
-#define HAIL_SD_Y_M			1900.0
+#define HAIL_SD_X_M			3000.0
+#define HAIL_SD_Y_M			1200.0
 
 /* Moving steps: lognormal length with AR(1) log-speed (traffic persists). */
-#define STEP_LOG_MEDIAN_M	128.0
-#define STEP_LOG_SIGMA		0.68
+#define STEP_LOG_MEDIAN_M	160.0
+#define STEP_LOG_SIGMA		0.50
 #define SPEED_AR			0.75
 
-/*
- * Movement in the sample is not isotropic in metres (mean |dx| 113 m vs
- * |dy| 83 m): the street grid and the river favour east-west travel.
- */
-#define ANISO_X				1.14
-#define ANISO_Y				0.86
-
 /* Heading: small gradual turns, sometimes a corner; weak pull to centre. */
-#define TURN_SD_DEG			9.0
-#define P_CORNER			0.22
-#define CORNER_MIN_DEG		25.0
-#define CORNER_MAX_DEG		110.0
-#define HOMING				0.04	/* fraction of bearing error fixed/step */
+#define TURN_SD_DEG			14.0
+#define P_CORNER			0.36
+#define CORNER_MIN_DEG		20.0
+#define CORNER_MAX_DEG		90.0
+#define P_SNAP				0.5		/* a corner turn lands on a main axis, */
+#define P_SNAP_EW			0.65	/* east-west, else north-south */
+#define SNAP_SD_DEG			10.0
+#define HOMING				0.06	/* fraction of bearing error fixed/step */
 #define HOMING_RANGE_M		3000.0
 
 /*
- * Stops: sample has ~20% of steps under 20 m, in runs of mostly 1-4 fixes
- * and a few long waits (9-16 fixes).  While stopped the fix jitters by a
- * metre or two, or not at all.
+ * Stops and crawling (lights, jams, pick-ups): in the sample ~25% of steps
+ * are under 45 m, in runs of mostly 1-4 fixes plus a few long waits (9-16
+ * fixes).  Only ~2% of steps repeat the fix exactly; most stopped steps
+ * move by GPS noise (~2 m), and the rest crawl forward 5-45 m.
  */
-#define P_STOP				0.065
+#define P_STOP				0.088
 #define STOP_CONTINUE		0.62	/* geometric run length, mean ~2.6 */
 #define P_LONG_STOP			0.10
 #define LONG_STOP_MIN		6
 #define LONG_STOP_MAX		18
-#define P_STOP_EXACT		0.30	/* identical fix while stopped */
+#define P_STOP_EXACT		0.08	/* identical fix while stopped */
+#define P_STOP_JITTER		0.50	/* GPS noise only; else crawl forward */
 #define JITTER_MEDIAN_M		2.0
 #define JITTER_SIGMA		0.9
+#define CRAWL_MEDIAN_M		15.0
+#define CRAWL_SIGMA			0.7
 
-/* GPS glitches: a fix 2-5 km off for 1-2 fixes (seen ~4x in the sample). */
-#define P_GLITCH			0.002
+/*
+ * GPS glitches: a fix 2-5 km off the track for 1-2 fixes, then back.  In the
+ * sample ~0.7% of within-trip boxes are longer than 1 km because of them;
+ * they matter to an index because they are the largest non-joining boxes.
+ */
+#define P_GLITCH			0.004	/* per moving step */
 #define GLITCH_MEDIAN_M		3200.0
 #define GLITCH_SIGMA		0.3
 
@@ -157,7 +162,12 @@ typedef enum
 	FMT_SQL_COPY
 } OutFormat;
 
-/* xoshiro256** state: small, fast, and identical on every platform. */
+/*
+ * xoshiro256** state: small, fast, and the same stream on every platform.
+ * (The output is reproducible for a given seed and row count; only a libm
+ * whose exp/log/cos differ in the last ulp could, very rarely, move a
+ * quantised coordinate by one unit.)
+ */
 typedef struct
 {
 	uint64_t	s[4];
@@ -256,7 +266,7 @@ rng_uniform(Rng *r)
 	return (double) (rng_next(r) >> 11) * 0x1.0p-53;
 }
 
-/* Uniform integer in [0, n), n > 0; multiply-shift is unbiased enough here. */
+/* Uniform integer in [0, n), n > 0; bias is ~n / 2^53, irrelevant here. */
 static inline uint64_t
 rng_below(Rng *r, uint64_t n)
 {
@@ -461,12 +471,23 @@ walk_step(Walker *w)
 
 	if (w->stop_left > 0)
 	{
-		/* Stopped: the reported fix wanders by GPS noise only. */
+		double		u = rng_uniform(r);
+
 		w->stop_left--;
-		if (rng_uniform(r) < P_STOP_EXACT)
-			return;
-		dist = JITTER_MEDIAN_M * exp(JITTER_SIGMA * rng_normal(r));
-		dir = 2.0 * M_PI * rng_uniform(r);
+		if (u < P_STOP_EXACT)
+			return;				/* receiver repeats the same fix */
+		if (u < P_STOP_EXACT + P_STOP_JITTER)
+		{
+			/* Standing still: the fix wanders by GPS noise only. */
+			dist = JITTER_MEDIAN_M * exp(JITTER_SIGMA * rng_normal(r));
+			dir = 2.0 * M_PI * rng_uniform(r);
+		}
+		else
+		{
+			/* Crawling in traffic, along the current heading. */
+			dist = CRAWL_MEDIAN_M * exp(CRAWL_SIGMA * rng_normal(r));
+			dir = w->heading;
+		}
 		w->x += dist * cos(dir) / M_PER_DEG_X;
 		w->y += dist * sin(dir) / M_PER_DEG_Y;
 		reflect(&w->x, REGION_XMIN, REGION_XMAX);
@@ -481,6 +502,20 @@ walk_step(Walker *w)
 			(CORNER_MAX_DEG - CORNER_MIN_DEG) * rng_uniform(r);
 
 		w->heading += (rng_uniform(r) < 0.5 ? -a : a) * M_PI / 180.0;
+
+		/*
+		 * Step directions in the sample cluster around east-west and, less
+		 * so, north-south (the main avenues); after a corner the taxi is
+		 * often driving along such an axis.
+		 */
+		if (rng_uniform(r) < P_SNAP)
+		{
+			/* Nearest east-west (0, pi) or north-south (+-pi/2) heading. */
+			double		axis = (rng_uniform(r) < P_SNAP_EW) ? 0.0 : M_PI / 2.0;
+
+			w->heading = axis + M_PI * floor((w->heading - axis) / M_PI + 0.5) +
+				SNAP_SD_DEG * M_PI / 180.0 * rng_normal(r);
+		}
 	}
 	else
 		w->heading += TURN_SD_DEG * M_PI / 180.0 * rng_normal(r);
@@ -505,8 +540,8 @@ walk_step(Walker *w)
 		sqrt(1.0 - SPEED_AR * SPEED_AR) * STEP_LOG_SIGMA * rng_normal(r);
 	dist = STEP_LOG_MEDIAN_M * exp(w->logspeed);
 
-	w->x += dist * ANISO_X * cos(w->heading) / M_PER_DEG_X;
-	w->y += dist * ANISO_Y * sin(w->heading) / M_PER_DEG_Y;
+	w->x += dist * cos(w->heading) / M_PER_DEG_X;
+	w->y += dist * sin(w->heading) / M_PER_DEG_Y;
 	if (reflect(&w->x, REGION_XMIN, REGION_XMAX))
 		w->heading = wrap_angle(M_PI - w->heading);
 	if (reflect(&w->y, REGION_YMIN, REGION_YMAX))
@@ -592,7 +627,9 @@ uniformize(Box *b, Rng *r, int64_t t_lo, int64_t t_hi)
 
 	b->xmin = rx0 + (int64_t) rng_below(r, (uint64_t) (rx1 - rx0 - w + 1));
 	b->ymin = ry0 + (int64_t) rng_below(r, (uint64_t) (ry1 - ry0 - h + 1));
-	b->tmin = t_lo + (tspan > 0 ? (int64_t) rng_below(r, (uint64_t) tspan + 1) : 0);
+	b->tmin = t_lo;
+	if (tspan > 0)
+		b->tmin += (int64_t) rng_below(r, (uint64_t) tspan + 1);
 	b->xmax = b->xmin + w;
 	b->ymax = b->ymin + h;
 	b->tmax = b->tmin + s;
@@ -795,9 +832,16 @@ main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		}
+		if (strcmp(opt, "--rows") != 0 && strcmp(opt, "--seed") != 0 &&
+			strcmp(opt, "--mode") != 0 && strcmp(opt, "--format") != 0)
+		{
+			fprintf(stderr, "porto_gen: unknown argument \"%s\"\n", opt);
+			usage(stderr);
+			return 2;
+		}
 		if (val == NULL)
 		{
-			fprintf(stderr, "porto_gen: unknown or incomplete option \"%s\"\n", opt);
+			fprintf(stderr, "porto_gen: option %s requires a value\n", opt);
 			usage(stderr);
 			return 2;
 		}
@@ -833,7 +877,7 @@ main(int argc, char **argv)
 				return 2;
 			}
 		}
-		else if (strcmp(opt, "--format") == 0)
+		else					/* --format */
 		{
 			if (strcmp(val, "txt") == 0)
 				fmt = FMT_TXT;
@@ -847,12 +891,6 @@ main(int argc, char **argv)
 				usage(stderr);
 				return 2;
 			}
-		}
-		else
-		{
-			fprintf(stderr, "porto_gen: unknown option \"%s\"\n", opt);
-			usage(stderr);
-			return 2;
 		}
 		a++;					/* consumed the value */
 	}
@@ -890,9 +928,11 @@ main(int argc, char **argv)
 			p = buf;
 		}
 	}
-	if (flush_buf(buf, (size_t) (p - buf)) != 0 || fflush(stdout) != 0)
+	if (flush_buf(buf, (size_t) (p - buf)) != 0)
+		return 1;
+	if (fflush(stdout) != 0)
 	{
-		fprintf(stderr, "porto_gen: write error\n");
+		fprintf(stderr, "porto_gen: write error: %s\n", strerror(errno));
 		return 1;
 	}
 	free(buf);

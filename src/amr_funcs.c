@@ -42,9 +42,17 @@ open_amrtree_index(Oid indexoid, LOCKMODE lockmode)
 	Relation	index;
 
 	if (!OidIsValid(heapoid))
+	{
+		char	   *name = get_rel_name(indexoid);
+
+		if (name == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_TABLE),
+					 errmsg("relation with OID %u does not exist", indexoid)));
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("relation with OID %u is not an index", indexoid)));
+				 errmsg("\"%s\" is not an index", name)));
+	}
 	aclresult = pg_class_aclcheck(heapoid, GetUserId(), ACL_SELECT);
 	if (aclresult != ACLCHECK_OK)
 		aclcheck_error(aclresult, OBJECT_TABLE, get_rel_name(heapoid));
