@@ -29,7 +29,7 @@ WORK="$(pg_owned_dir "$AMR_ROOT/.test-run")"
 as_root rm -rf "$WORK/src" "$WORK/regress" "$WORK/isolation" "$WORK/tap"
 mkdir -p "$WORK/src"
 cp -a "$AMR_ROOT/sql" "$AMR_ROOT/expected" "$AMR_ROOT/specs" "$AMR_ROOT/t" "$AMR_ROOT/test" "$WORK/src/"
-mkdir -p "$WORK/src/bench" && cp -a "$AMR_ROOT/bench/data" "$WORK/src/bench/" 2>/dev/null || true
+mkdir -p "$WORK/src/bench" && cp -a "$AMR_ROOT/bench/data" "$AMR_ROOT/bench/porto_gen.c" "$WORK/src/bench/"
 mkdir -p "$WORK/regress" "$WORK/isolation" "$WORK/tap"
 as_root chown -R "$AMR_PG_USER" "$WORK"
 

@@ -1,0 +1,150 @@
+# Helpers shared by amrtree's TAP tests: nodes with amrtree preloaded and
+# their pool on /dev/shm, Porto-like data, and parity checks against
+# sequential scans.
+package AmrTree;
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use File::Basename qw(dirname);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+our @EXPORT = qw(amr_node amr_pool_path amr_load_porto amr_setup_parity
+  amr_parity_mismatches amr_fingerprint amr_porto_gen);
+
+my $tag = $ENV{AMR_POOL_TAG} || "amrtree-tap-$$";
+my $src = $ENV{AMR_SRC} || dirname(__FILE__) . '/..';
+my @pools;
+
+sub amr_pool_path
+{
+	my ($name) = @_;
+	return "/dev/shm/$tag-$name.pool";
+}
+
+# A node with amrtree preloaded.  Options: pool => path (default on
+# /dev/shm), pmem_size, dram_size, preload => 0 to leave it out, conf =>
+# extra postgresql.conf text.
+sub amr_node
+{
+	my ($name, %opt) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	my $pool = exists $opt{pool} ? $opt{pool} : amr_pool_path($name);
+
+	$node->init;
+	my $conf = '';
+	$conf .= "shared_preload_libraries = 'amrtree'\n"
+	  unless defined $opt{preload} && !$opt{preload};
+	if (defined $pool)
+	{
+		unlink $pool;
+		push @pools, $pool;
+		$conf .= "amrtree.pmem_path = '$pool'\n";
+	}
+	$conf .= "amrtree.pmem_size = " . ($opt{pmem_size} || '256MB') . "\n";
+	$conf .= "amrtree.dram_size = $opt{dram_size}\n" if $opt{dram_size};
+	$conf .= $opt{conf} if $opt{conf};
+	$node->append_conf('postgresql.conf', $conf);
+	return $node;
+}
+
+# Build bench/porto_gen once per test run; returns its path.
+my $gen;
+
+sub amr_porto_gen
+{
+	return $gen if $gen;
+	my $dir = PostgreSQL::Test::Utils::tempdir();
+	$gen = "$dir/porto_gen";
+	system('cc', '-O2', '-o', $gen, "$src/bench/porto_gen.c", '-lm') == 0
+	  or die "could not build porto_gen";
+	return $gen;
+}
+
+# Load $rows Porto-like boxes into table $table (id int, b box, t float8).
+sub amr_load_porto
+{
+	my ($node, $table, $rows, $seed, $db) = @_;
+	$db ||= 'postgres';
+	my $file = PostgreSQL::Test::Utils::tempdir() . "/porto-$rows-$seed.csv";
+	system(amr_porto_gen() . " --rows $rows --seed $seed --format csv > $file") == 0
+	  or die "porto_gen failed";
+	$node->safe_psql($db,
+		"CREATE TABLE IF NOT EXISTS $table (id int, b box, t float8);"
+		  . "COPY $table (id, b, t) FROM '$file' WITH (FORMAT csv);");
+	return $file;
+}
+
+# Functions comparing index results with a sequential scan, for every
+# strategy, on the windows in table amr_windows(qid int, qb box).
+sub amr_setup_parity
+{
+	my ($node, $db) = @_;
+	$db ||= 'postgres';
+	$node->safe_psql(
+		$db, q{
+CREATE TABLE IF NOT EXISTS amr_ops (op text);
+TRUNCATE amr_ops;
+INSERT INTO amr_ops VALUES ('<<'), ('&<'), ('&&'), ('&>'), ('>>'), ('~='),
+  ('@>'), ('<@'), ('&<|'), ('<<|'), ('|>>'), ('|&>');
+CREATE OR REPLACE FUNCTION amr_ids(tbl regclass, op text, qb box, use_index bool)
+RETURNS int[] LANGUAGE plpgsql AS $$
+DECLARE
+  sql text := format('SELECT id FROM %s WHERE b %s %L::box', tbl, op, qb);
+  plan text := '';
+  r record;
+  ids int[];
+BEGIN
+  PERFORM set_config('enable_seqscan', CASE WHEN use_index THEN 'off' ELSE 'on' END, true);
+  PERFORM set_config('enable_indexscan', CASE WHEN use_index THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_bitmapscan', CASE WHEN use_index THEN 'on' ELSE 'off' END, true);
+  IF use_index THEN
+    FOR r IN EXECUTE 'EXPLAIN (COSTS OFF) ' || sql LOOP
+      plan := plan || r."QUERY PLAN";
+    END LOOP;
+    IF plan LIKE '%Seq Scan%' THEN
+      RAISE EXCEPTION 'index not used: %', plan;
+    END IF;
+  END IF;
+  EXECUTE 'SELECT coalesce(array_agg(id ORDER BY id), ''{}'') FROM (' || sql || ') s' INTO ids;
+  RETURN ids;
+END $$;
+});
+}
+
+# Number of (strategy, window) pairs where the index disagrees with a
+# sequential scan on $table; also returns the total number of rows matched.
+sub amr_parity_mismatches
+{
+	my ($node, $table, $db) = @_;
+	$db ||= 'postgres';
+	my $res = $node->safe_psql(
+		$db, qq{
+SELECT count(*) FILTER (WHERE amr_ids('$table', op, qb, true) <> amr_ids('$table', op, qb, false)),
+       sum(cardinality(amr_ids('$table', op, qb, false)))
+FROM amr_ops, amr_windows});
+	my ($mismatch, $rows) = split /\|/, $res;
+	return ($mismatch, $rows);
+}
+
+# A digest of everything every strategy returns on every window (via the
+# index), to compare before and after a restart.
+sub amr_fingerprint
+{
+	my ($node, $table, $db) = @_;
+	$db ||= 'postgres';
+	return $node->safe_psql(
+		$db, qq{
+SELECT md5(string_agg(op || ':' || qid || ':' || amr_ids('$table', op, qb, true)::text, ',' ORDER BY op, qid))
+FROM amr_ops, amr_windows});
+}
+
+END
+{
+	unlink $_ for @pools;
+}
+
+1;
