@@ -206,6 +206,8 @@ check_leaves(Relation index, AmrTree *t)
 			const AmrLeafEntry *en = &leaf->entries[i];
 			bool		isnull = (en->flags & AMR_ENTRY_FLAG_NULL) != 0;
 
+			if (en->flags & AMR_ENTRY_FLAG_DEAD)
+				continue;
 			if (isnull != nulls)
 			{
 				LWLockRelease(amr_leaf_lock(id));
@@ -225,7 +227,7 @@ check_leaves(Relation index, AmrTree *t)
 				}
 			}
 		}
-		entries += leaf->hdr.nentries;
+		entries += amr_leaf_live_entries(leaf);
 		LWLockRelease(amr_leaf_lock(id));
 	}
 	if (entries != __atomic_load_n(&t->nentries, __ATOMIC_RELAXED))

@@ -42,14 +42,19 @@ try_append(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 	{
 		AmrLeaf    *leaf;
 		uint64		word;
+		int			dead = -1;
 
 		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
 		leaf = amr_leaf_resolve(index, t, leaf_id, &word);
-		if (leaf->hdr.nentries < AMR_LEAF_CAPACITY)
+		if (leaf->hdr.nentries < AMR_LEAF_CAPACITY ||
+			(dead = amr_leaf_find_dead(leaf)) >= 0)
 		{
 			if (!nulls)
 				amr_path_enlarge(s, &path, box);
-			amr_leaf_append_pmem(s, leaf_id, leaf, e, box);
+			if (dead < 0)
+				amr_leaf_append_pmem(s, leaf_id, leaf, e, box);
+			else
+				amr_leaf_reuse_dead_pmem(s, leaf_id, leaf, dead, e, box);
 			s->leaves[leaf_id].updates++;
 			__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
 			done = true;
@@ -69,6 +74,8 @@ insert_slow(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 	PGAlignedBlock left;
 	PGAlignedBlock right;
 
+	int			need = 0;		/* inner nodes to reserve; learnt under the lock */
+
 	for (;;)
 	{
 		AmrPath		path;
@@ -82,48 +89,55 @@ insert_slow(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 		 * the reservation is ours to undo.
 		 */
 		LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-		st = amr_reserve(s, t, &r);
+		st = amr_reserve(s, need, &r);
 		if (st != AMR_OK)
 			amr_report_status(st, index);
 		PG_TRY();
 		{
 			LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
-			if (r.nnodes < amr_split_nodes_needed(t))
-				retry = true;	/* the tree grew meanwhile */
+			leaf_id = amr_choose_leaf(s, t, nulls, box, &path);
+			if (leaf_id == AMR_INVALID_LEAF)
+			{
+				START_CRIT_SECTION();
+				amr_publish_first_leaf(s, t, e, nulls, &r);
+				__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
+				END_CRIT_SECTION();
+			}
 			else
 			{
-				leaf_id = amr_choose_leaf(s, t, nulls, box, &path);
-				if (leaf_id == AMR_INVALID_LEAF)
+				AmrLeaf    *leaf;
+				uint64		word;
+
+				LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+				leaf = amr_leaf_resolve(index, t, leaf_id, &word);
+				if (!nulls)
+					amr_path_enlarge(s, &path, box);
+				/* someone else may have split it while we waited */
+				if (leaf->hdr.nentries < AMR_LEAF_CAPACITY)
+					amr_leaf_append_pmem(s, leaf_id, leaf, e, box);
+				else if (amr_leaf_find_dead(leaf) >= 0)
+					amr_leaf_reuse_dead_pmem(s, leaf_id, leaf,
+											 amr_leaf_find_dead(leaf), e, box);
+				else if (amr_path_nodes_needed(s, &path) > r.nnodes)
 				{
-					START_CRIT_SECTION();
-					amr_publish_first_leaf(s, t, e, nulls, &r);
-					__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
-					END_CRIT_SECTION();
+					/* inner nodes will split too: reserve them and retry */
+					need = amr_path_nodes_needed(s, &path);
+					retry = true;
 				}
 				else
 				{
-					AmrLeaf    *leaf;
-					uint64		word;
-
-					LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
-					leaf = amr_leaf_resolve(index, t, leaf_id, &word);
-					if (!nulls)
-						amr_path_enlarge(s, &path, box);
-					/* someone else may have split it while we waited */
-					if (leaf->hdr.nentries < AMR_LEAF_CAPACITY)
-						amr_leaf_append_pmem(s, leaf_id, leaf, e, box);
-					else
-					{
-						START_CRIT_SECTION();
-						amr_publish_split(s, t, leaf_id, leaf, word, &path, e,
-										  nulls, &r, (AmrLeaf *) left.data,
-										  (AmrLeaf *) right.data);
-						END_CRIT_SECTION();
-					}
+					START_CRIT_SECTION();
+					amr_publish_split(s, t, leaf_id, leaf, word, &path, e,
+									  nulls, &r, (AmrLeaf *) left.data,
+									  (AmrLeaf *) right.data);
+					END_CRIT_SECTION();
+				}
+				if (!retry)
+				{
 					s->leaves[leaf_id].updates++;
 					__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
-					LWLockRelease(amr_leaf_lock(leaf_id));
 				}
+				LWLockRelease(amr_leaf_lock(leaf_id));
 			}
 			LWLockRelease(amr_tree_lock(t));
 		}

@@ -209,8 +209,8 @@ amr_reconcile(void)
 
 		leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
 		if (leaf->hdr.magic == AMR_LEAF_MAGIC && leaf->hdr.nentries <= AMR_LEAF_CAPACITY)
-			__atomic_add_fetch(&s->trees[e->tree_no].nentries, leaf->hdr.nentries,
-							   __ATOMIC_RELAXED);
+			__atomic_add_fetch(&s->trees[e->tree_no].nentries,
+							   amr_leaf_live_entries(leaf), __ATOMIC_RELAXED);
 		__atomic_add_fetch(&s->trees[e->tree_no].nleaves, 1, __ATOMIC_RELAXED);
 	}
 

@@ -268,6 +268,8 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 		const AmrLeafEntry *en = &so->copy[i];
 		bool		isnull = (en->flags & AMR_ENTRY_FLAG_NULL) != 0;
 
+		if (en->flags & AMR_ENTRY_FLAG_DEAD)
+			continue;
 		if (isnull ? !so->want_null_side : !entry_matches(so, en))
 			continue;
 		memcpy(&so->tids[so->nitems], &en->tid_blk_hi, sizeof(ItemPointerData));

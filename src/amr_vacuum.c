@@ -12,6 +12,9 @@
  * scans that copied the old image and may still hand out its TIDs (see
  * amr_wait_for_unpin).
  *
+ * When the pool has no free slot, dead entries are marked in place instead
+ * (see below), so that VACUUM can always make room.
+ *
  * Empty leaves are kept, like GiST before version 13: their inner entries
  * keep a box that still attracts inserts in that region.  REINDEX reclaims
  * the space.
@@ -75,6 +78,7 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 		uint64		kept = 0;
 		uint64		removed = 0;
 		uint32		pushed = AMR_INVALID_LEAF;
+		int64		free_slot;
 
 		vacuum_delay_point();
 
@@ -102,19 +106,28 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 		{
 			ItemPointerData tid;
 
+			if (img->entries[i].flags & AMR_ENTRY_FLAG_DEAD)
+				continue;
 			memcpy(&tid, &img->entries[i].tid_blk_hi, sizeof(tid));
 			if (callback(&tid, callback_state))
 				removed++;
+			else
+				kept++;
 		}
 		if (removed == 0)
 		{
-			kept_total += n;
+			kept_total += kept;
 			continue;
 		}
 
-		/* rewrite out of place from the current image (it may have grown) */
+		/*
+		 * Rewrite out of place from the current image (it may have grown).
+		 * With no free slot (a full pool), mark the dead entries in place
+		 * instead: one persisted 2-byte store each, and inserts reuse the
+		 * positions; a later rewrite or split compacts them away.
+		 */
 		LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-		slot = amr_alloc_pmem_slot(index);
+		free_slot = amr_bitmap_alloc(s->pmem_used);
 		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
 		/* it may have split since we looked: follow what moved */
 		if (v->nsn > start_nsn && v->rightlink != AMR_INVALID_LEAF &&
@@ -124,21 +137,31 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 		amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation,
 							AMR_WORD_VERSION(word) + 1,
 							(leaf->hdr.flags & AMR_LEAF_FLAG_NULLS) != 0);
+		kept = 0;
+		removed = 0;
 		for (i = 0; i < leaf->hdr.nentries; i++)
 		{
 			const AmrLeafEntry *en = &leaf->entries[i];
 			ItemPointerData tid;
 
+			if (en->flags & AMR_ENTRY_FLAG_DEAD)
+				continue;
 			memcpy(&tid, &en->tid_blk_hi, sizeof(tid));
 			if (!callback(&tid, callback_state))
 				img->entries[kept++] = *en;
+			else
+			{
+				removed++;
+				if (free_slot < 0)
+					amr_leaf_mark_dead_pmem(leaf, (int) i);
+			}
 		}
-		removed = leaf->hdr.nentries - kept;
-		if (removed > 0)
+		if (removed > 0 && free_slot >= 0)
 		{
 			AmrFBox		mbr;
 			uint64		old_word;
 
+			slot = (uint32) free_slot;
 			img->hdr.nentries = kept;
 			mbr = (img->hdr.flags & AMR_LEAF_FLAG_NULLS) ? amr_fbox_empty()
 				: amr_leaf_image_mbr(img);
@@ -147,11 +170,14 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 			/* commit point */
 			old_word = amr_lt_switch(s, leaf_id, AMR_TIER_PMEM, slot, &mbr);
 			amr_free_word_slot(&amr_store, old_word);
+		}
+		else if (free_slot >= 0)
+			amr_bitmap_clear(s->pmem_used, (uint64) free_slot);
+		if (removed > 0)
+		{
 			v->updates++;
 			__atomic_sub_fetch(&t->nentries, removed, __ATOMIC_RELAXED);
 		}
-		else
-			amr_bitmap_clear(s->pmem_used, slot);
 		LWLockRelease(amr_leaf_lock(leaf_id));
 		LWLockRelease(&amr_shared->publish_lock);
 

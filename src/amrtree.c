@@ -67,7 +67,7 @@ define_gucs(void)
 							"Used when the pool is created; a larger value "
 							"enlarges an existing pool at the next start.",
 							&amr_pmem_size_mb,
-							256, 16, 16 * 1024,
+							256, 32, 16 * 1024,
 							PGC_POSTMASTER,
 							GUC_UNIT_MB,
 							NULL, NULL, NULL);
@@ -85,22 +85,20 @@ define_gucs(void)
 							 0,
 							 NULL, NULL, NULL);
 	MarkGUCPrefixReserved("amrtree");
-
-	amr_relopt_kind = add_reloption_kind();
 }
 
 void
 _PG_init(void)
 {
+	amr_relopt_kind = add_reloption_kind();
 	if (!process_shared_preload_libraries_in_progress)
 	{
 		/*
 		 * Loaded on demand (CREATE EXTENSION, a function call).  Nothing can
-		 * work without the shared memory reserved at server start, so only
-		 * define the settings, so that SHOW works; every entry point reports
-		 * the missing preload.
+		 * work without the shared memory reserved at server start, and
+		 * server-start settings cannot be defined now: every entry point
+		 * reports the missing preload instead.
 		 */
-		define_gucs();
 		return;
 	}
 

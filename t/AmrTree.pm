@@ -27,7 +27,7 @@ sub amr_pool_path
 
 # A node with amrtree preloaded.  Options: pool => path (default on
 # /dev/shm), pmem_size, dram_size, preload => 0 to leave it out, conf =>
-# extra postgresql.conf text.
+# extra postgresql.conf text, keep_pool => 1 to use an existing pool file.
 sub amr_node
 {
 	my ($name, %opt) = @_;
@@ -40,7 +40,7 @@ sub amr_node
 	  unless defined $opt{preload} && !$opt{preload};
 	if (defined $pool)
 	{
-		unlink $pool;
+		unlink $pool unless $opt{keep_pool};
 		push @pools, $pool;
 		$conf .= "amrtree.pmem_path = '$pool'\n";
 	}

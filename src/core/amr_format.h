@@ -136,6 +136,9 @@ typedef struct AmrLeafHeader
 } AmrLeafHeader;
 
 #define AMR_ENTRY_FLAG_NULL		0x0001	/* key is SQL NULL; box is zero */
+#define AMR_ENTRY_FLAG_DEAD		0x0002	/* removed in place by VACUUM when no
+										 * slot was free for a rewrite; the
+										 * position may be reused */
 
 typedef struct AmrLeafEntry
 {

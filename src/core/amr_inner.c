@@ -247,13 +247,6 @@ amr_path_enlarge(AmrStore *s, const AmrPath *path, const AmrFBox *b)
 	}
 }
 
-int
-amr_split_nodes_needed(const AmrTree *t)
-{
-	/* every level may split, plus a new root */
-	return (int) (t->height > t->null_height ? t->height : t->null_height) + 1;
-}
-
 static uint32_t
 take_spare(uint32_t *spare_nodes)
 {

@@ -46,7 +46,7 @@ amr_leaf_image_mbr(const AmrLeaf *img)
 	{
 		AmrFBox		b;
 
-		if (img->entries[i].flags & AMR_ENTRY_FLAG_NULL)
+		if (img->entries[i].flags & (AMR_ENTRY_FLAG_NULL | AMR_ENTRY_FLAG_DEAD))
 			continue;
 		b = amr_fbox_from_box(&img->entries[i].key);
 		amr_fbox_extend(&acc, &b);
@@ -169,6 +169,73 @@ amr_leaf_append_pmem(AmrStore *s, uint32_t leaf_id, AmrLeaf *leaf,
 	amr_store_persist_u64(&leaf->hdr.nentries, n + 1);
 }
 
+uint64_t
+amr_leaf_live_entries(const AmrLeaf *leaf)
+{
+	uint64_t	n = leaf->hdr.nentries;
+	uint64_t	live = 0;
+	uint64_t	i;
+
+	if (n > AMR_LEAF_CAPACITY)
+		n = AMR_LEAF_CAPACITY;
+	for (i = 0; i < n; i++)
+		if (!(leaf->entries[i].flags & AMR_ENTRY_FLAG_DEAD))
+			live++;
+	return live;
+}
+
+int
+amr_leaf_find_dead(const AmrLeaf *leaf)
+{
+	uint64_t	i;
+
+	for (i = 0; i < leaf->hdr.nentries && i < AMR_LEAF_CAPACITY; i++)
+		if (leaf->entries[i].flags & AMR_ENTRY_FLAG_DEAD)
+			return (int) i;
+	return -1;
+}
+
+void
+amr_leaf_mark_dead_pmem(AmrLeaf *leaf, int pos)
+{
+	uint16_t   *flags = &leaf->entries[pos].flags;
+
+	__atomic_store_n(flags, (uint16_t) (*flags | AMR_ENTRY_FLAG_DEAD), __ATOMIC_RELEASE);
+	amr_persist(flags, sizeof(*flags));
+}
+
+/*
+ * Overwrite a dead position: the new contents are written and persisted
+ * while the position still reads as dead, and clearing the flag (a 2-byte
+ * store) makes the entry live, so a crash leaves either the dead position or
+ * the complete new entry.
+ */
+void
+amr_leaf_reuse_dead_pmem(AmrStore *s, uint32_t leaf_id, AmrLeaf *leaf, int pos,
+						 const AmrLeafEntry *entry, const AmrFBox *ebox)
+{
+	uint64_t	word = amr_lt_word(s, leaf_id);
+	AmrFBox    *mbr = &s->lt[leaf_id].mbr[AMR_WORD_VERSION(word) & 1];
+	AmrLeafEntry *dst = &leaf->entries[pos];
+
+	if (!(entry->flags & AMR_ENTRY_FLAG_NULL) && !amr_fbox_covers(mbr, ebox))
+	{
+		AmrFBox		grown = *mbr;
+
+		amr_fbox_extend(&grown, ebox);
+		*mbr = grown;
+		amr_persist(mbr, sizeof(*mbr));
+	}
+	dst->key = entry->key;
+	dst->insert_lsn = entry->insert_lsn;
+	dst->tid_blk_hi = entry->tid_blk_hi;
+	dst->tid_blk_lo = entry->tid_blk_lo;
+	dst->tid_off = entry->tid_off;
+	amr_persist(dst, sizeof(*dst));
+	__atomic_store_n(&dst->flags, entry->flags, __ATOMIC_RELEASE);
+	amr_persist(&dst->flags, sizeof(dst->flags));
+}
+
 void
 amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
 				   uint32_t generation, uint32_t flags,
@@ -243,6 +310,8 @@ amr_leaf_split_images(const AmrLeaf *full, const AmrLeafEntry *extra,
 		const AmrLeafEntry *e = (i < n - 1) ? &full->entries[i] : extra;
 		AmrLeaf    *dst = goes_right[i] ? right : left;
 
+		if (e->flags & AMR_ENTRY_FLAG_DEAD)
+			continue;
 		dst->entries[dst->hdr.nentries++] = *e;
 	}
 }

@@ -50,11 +50,26 @@ amr_release_reservation(AmrStore *s, AmrReservation *r)
 	amr_reservation_init(r);
 }
 
+int
+amr_path_nodes_needed(const AmrStore *s, const AmrPath *path)
+{
+	int			need = 0;
+	int			d;
+
+	/* a full level-1 node splits, then its parent if full, and so on */
+	for (d = path->depth - 1; d >= 0; d--)
+	{
+		if (s->nodes[path->node[d]].count < AMR_INNER_FANOUT)
+			return need;
+		need++;
+	}
+	return need + 1;			/* the root split: a new root */
+}
+
 AmrStatus
-amr_reserve(AmrStore *s, const AmrTree *t, AmrReservation *r)
+amr_reserve(AmrStore *s, int need, AmrReservation *r)
 {
 	int64_t		v;
-	int			need = amr_split_nodes_needed(t);
 	int			i;
 
 	amr_reservation_init(r);
@@ -236,14 +251,20 @@ amr_insert_single(AmrStore *s, AmrTree *t, const AmrLeafEntry *e)
 			__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
 			return AMR_OK;
 		}
-		if ((st = amr_reserve(s, t, &r)) != AMR_OK)
+		if (amr_leaf_find_dead(leaf) >= 0)
+		{
+			amr_leaf_reuse_dead_pmem(s, leaf_id, leaf, amr_leaf_find_dead(leaf), e, &box);
+			__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
+			return AMR_OK;
+		}
+		if ((st = amr_reserve(s, amr_path_nodes_needed(s, &path), &r)) != AMR_OK)
 			return st;
 		amr_publish_split(s, t, leaf_id, leaf, word, &path, e, nulls, &r,
 						  &left, &right);
 	}
 	else
 	{
-		if ((st = amr_reserve(s, t, &r)) != AMR_OK)
+		if ((st = amr_reserve(s, 0, &r)) != AMR_OK)
 			return st;
 		amr_publish_first_leaf(s, t, e, nulls, &r);
 	}

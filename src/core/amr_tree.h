@@ -179,6 +179,20 @@ extern bool amr_leaf_image_checksum_ok(const AmrLeaf *img);
 extern void amr_leaf_append_pmem(AmrStore *s, uint32_t leaf_id, AmrLeaf *leaf,
 								 const AmrLeafEntry *entry, const AmrFBox *ebox);
 
+/* Entries not marked dead. */
+extern uint64_t amr_leaf_live_entries(const AmrLeaf *leaf);
+
+/* Position of a dead entry that an insert may reuse, or -1. */
+extern int	amr_leaf_find_dead(const AmrLeaf *leaf);
+
+/* Mark an entry dead in place (one persisted 2-byte store). */
+extern void amr_leaf_mark_dead_pmem(AmrLeaf *leaf, int pos);
+
+/* Put an entry into a dead position, failure-atomically. */
+extern void amr_leaf_reuse_dead_pmem(AmrStore *s, uint32_t leaf_id, AmrLeaf *leaf,
+									 int pos, const AmrLeafEntry *entry,
+									 const AmrFBox *ebox);
+
 /*
  * Publish a leaf id that was free: write its Leaf Table fields, persist,
  * then store and persist the word.
@@ -252,10 +266,9 @@ extern void amr_path_enlarge(AmrStore *s, const AmrPath *path, const AmrFBox *b)
 /*
  * After a leaf split: set the level-1 entry of the old leaf to left_box and
  * add (right_box, right_leaf) next to it, splitting inner nodes upward as
- * needed.  spare_nodes must hold at least amr_split_nodes_needed() nodes;
+ * needed.  spare_nodes must hold at least amr_path_nodes_needed() nodes;
  * used ones are set to AMR_INVALID_NODE.  Caller holds the tree exclusively.
  */
-extern int	amr_split_nodes_needed(const AmrTree *t);
 extern void amr_apply_leaf_split(AmrStore *s, AmrTree *t, bool nulls,
 								 const AmrPath *path,
 								 const AmrFBox *left_box,
@@ -323,7 +336,11 @@ typedef struct AmrReservation
 } AmrReservation;
 
 extern void amr_reservation_init(AmrReservation *r);
-extern AmrStatus amr_reserve(AmrStore *s, const AmrTree *t, AmrReservation *r);
+/* Reserve a leaf id, two slots and "need" inner nodes, all or nothing. */
+extern AmrStatus amr_reserve(AmrStore *s, int need, AmrReservation *r);
+
+/* Inner nodes a split of the leaf at the end of "path" will consume. */
+extern int	amr_path_nodes_needed(const AmrStore *s, const AmrPath *path);
 
 /* Return whatever the operation did not consume. */
 extern void amr_release_reservation(AmrStore *s, AmrReservation *r);

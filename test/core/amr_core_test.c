@@ -632,10 +632,18 @@ test_dram_full(void)
 			break;
 	}
 	before = amr_bitmap_count(st.nodes_used);
-	CHECK(amr_reserve(&st, t, &r) == AMR_ERR_DRAM_FULL, "reservation should fail");
+	CHECK(amr_reserve(&st, 1, &r) == AMR_ERR_DRAM_FULL, "reservation should fail");
 	CHECK(amr_bitmap_count(st.nodes_used) == before, "failed reservation leaked nodes");
 	CHECK(amr_bitmap_count(st.pmem_used) == 0, "failed reservation leaked slots");
 	CHECK(amr_bitmap_count(st.leaf_ids_used) == 0, "failed reservation leaked leaf ids");
+	/* a tree's first leaf needs no inner node: still possible */
+	{
+		Row			row = {random_box(4), false, 1};
+		AmrLeafEntry e = make_entry(&row);
+
+		CHECK(amr_insert_single(&st, t, &e) == AMR_OK, "first leaf without DRAM");
+		CHECK(t->nentries == 1, "entry not counted");
+	}
 	store_free();
 	return true;
 }
