@@ -111,7 +111,7 @@ EXPLAIN (COSTS OFF) SELECT id FROM trips WHERE mbr && box '((-8.7,41.0),(-8.5,41
 ROLLBACK;
 SQL
 
-say "inserting 20,000 more rows one statement at a time, deleting some, VACUUM"
+say "inserting 20,000 more rows (each through aminsert), deleting some, VACUUM"
 psql_demo <<'SQL'
 \timing on
 INSERT INTO trips SELECT 1000000 + i,
