@@ -49,6 +49,19 @@ LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION amrtree_index_stats(regclass) IS
 'shape and size of an amrtree index per tier';
 
+CREATE FUNCTION amrtree_leaf_entries(index regclass,
+	OUT leaf_id bigint,
+	OUT entry integer,
+	OUT tid tid,
+	OUT key box,
+	OUT insert_lsn pg_lsn,
+	OUT dead boolean)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME'
+LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
+COMMENT ON FUNCTION amrtree_leaf_entries(regclass) IS
+'every entry of an amrtree index (for diagnosis; reads the whole index)';
+
 CREATE FUNCTION amrtree_pool_stats(
 	OUT pool text,
 	OUT pmem_slots bigint,

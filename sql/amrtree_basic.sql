@@ -47,6 +47,7 @@ SELECT id FROM empty_t WHERE b && NULL::box;
 RESET enable_seqscan;
 SELECT amrtree_check('empty_t_b');
 SELECT height, leaves, entries FROM amrtree_index_stats('empty_t_b');
+SELECT entry, tid, key, dead FROM amrtree_leaf_entries('empty_t_b') ORDER BY tid;
 
 -- NaN coordinates cannot be indexed: clear error, nothing stored
 INSERT INTO empty_t VALUES (4, box '((NaN,0),(1,1))');
@@ -125,6 +126,7 @@ CREATE ROLE amr_reader;
 SET ROLE amr_reader;
 SELECT amrtree_check('empty_t_b');
 SELECT * FROM amrtree_index_stats('empty_t_b');
+SELECT * FROM amrtree_leaf_entries('empty_t_b');
 SELECT * FROM amrtree_pool_stats();
 RESET ROLE;
 GRANT SELECT ON empty_t TO amr_reader;

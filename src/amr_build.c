@@ -134,75 +134,86 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 {
 	AmrStore   *s = &amr_store;
 	int			fill = AMR_BUILD_LEAF_FILL;
-	Size		nleaves = (n + fill - 1) / fill;
-	AmrPackItem *items = NULL;
+	AmrPackItem *items;
 	AmrPackItem *scratch;
 	AmrPackItem *leaf_items;
 	uint32	   *node_ids;
 	PGAlignedBlock buf;
 	AmrLeaf    *img = (AmrLeaf *) buf.data;
-	Size		g;
+	size_t		bounds[AMR_SIZE_CLASSES + 1];
+	size_t		nclasses;
+	size_t		c;
+	Size		nleaves = 0;
 	Size		i;
 	AmrStatus	st;
 
-	scratch = MemoryContextAllocHuge(CurrentMemoryContext,
-									 sizeof(AmrPackItem) * (Max(n, nleaves) + 1));
-	if (!nulls && n > 0)
+	items = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(AmrPackItem) * (n + 1));
+	scratch = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(AmrPackItem) * (n + 1));
+	for (i = 0; i < n; i++)
+	{
+		items[i].box = nulls ? (AmrFBox) {0, 0, 0, 0} : amr_fbox_from_box(&entries[i].key);
+		items[i].ref = (uint32) i;
+	}
+	if (nulls)
+	{
+		/* NULL keys have no position: any grouping will do */
+		bounds[0] = 0;
+		bounds[1] = n;
+		nclasses = n > 0 ? 1 : 0;
+	}
+	else
 	{
 		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_SORT);
-		items = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(AmrPackItem) * n);
-		for (i = 0; i < n; i++)
-		{
-			items[i].box = amr_fbox_from_box(&entries[i].key);
-			items[i].ref = (uint32) i;
-		}
-		amr_str_order(items, n, (Size) fill, scratch);
+		nclasses = amr_pack_order(items, n, (size_t) fill, scratch, bounds);
 	}
 
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_WRITE_LEAVES);
 	leaf_items = MemoryContextAllocHuge(CurrentMemoryContext,
-										sizeof(AmrPackItem) * (nleaves + 1));
-	for (g = 0; g < nleaves; g++)
+										sizeof(AmrPackItem) * (n / fill + AMR_SIZE_CLASSES + 1));
+	for (c = 0; c < nclasses; c++)
 	{
-		Size		first = g * fill;
-		Size		take = Min((Size) fill, n - first);
-		uint32		leaf_id;
-		uint32		slot;
-		uint32		version;
-		AmrFBox		mbr;
+		Size		first;
 
-		CHECK_FOR_INTERRUPTS();
-
-		LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-		reserve_leaf(index, &leaf_id, &slot);
-		version = AMR_WORD_VERSION(amr_lt_word(s, leaf_id)) + 1;
-		amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation, version, nulls);
-		for (i = 0; i < take; i++)
+		for (first = bounds[c]; first < bounds[c + 1]; first += fill)
 		{
-			AmrLeafEntry *src = items ? &entries[items[first + i].ref] : &entries[first + i];
+			Size		take = Min((Size) fill, bounds[c + 1] - first);
+			uint32		leaf_id;
+			uint32		slot;
+			uint32		version;
+			AmrFBox		mbr;
 
-			img->entries[i] = *src;
-			img->entries[i].insert_lsn = lsn;
+			CHECK_FOR_INTERRUPTS();
+
+			LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+			reserve_leaf(index, &leaf_id, &slot);
+			version = AMR_WORD_VERSION(amr_lt_word(s, leaf_id)) + 1;
+			amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation, version, nulls);
+			for (i = 0; i < take; i++)
+			{
+				img->entries[i] = entries[items[first + i].ref];
+				img->entries[i].insert_lsn = lsn;
+			}
+			img->hdr.nentries = take;
+			mbr = nulls ? amr_fbox_empty() : amr_leaf_image_mbr(img);
+
+			amr_memcpy_persist(amr_pmem_slot(s, slot), img,
+							   offsetof(AmrLeaf, entries) + take * sizeof(AmrLeafEntry));
+			amr_lt_publish_new(s, leaf_id, t->tree_no, t->generation,
+							   nulls ? AMR_LT_FLAG_NULLS : 0, AMR_INVALID_LEAF, 0,
+							   AMR_TIER_PMEM, slot, &mbr);
+			LWLockRelease(&amr_shared->publish_lock);
+
+			memset(&s->leaves[leaf_id], 0, sizeof(AmrLeafVolatile));
+			s->leaves[leaf_id].rightlink = AMR_INVALID_LEAF;
+			leaf_items[nleaves].box = nulls ? (AmrFBox) {0, 0, 0, 0} : mbr;
+			leaf_items[nleaves].ref = leaf_id;
+			nleaves++;
+			__atomic_add_fetch(&t->nleaves, 1, __ATOMIC_RELAXED);
+			__atomic_add_fetch(&t->nentries, take, __ATOMIC_RELAXED);
+			*done += take;
+			if ((nleaves & 63) == 0)
+				pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) *done);
 		}
-		img->hdr.nentries = take;
-		mbr = nulls ? amr_fbox_empty() : amr_leaf_image_mbr(img);
-
-		amr_memcpy_persist(amr_pmem_slot(s, slot), img,
-						   offsetof(AmrLeaf, entries) + take * sizeof(AmrLeafEntry));
-		amr_lt_publish_new(s, leaf_id, t->tree_no, t->generation,
-						   nulls ? AMR_LT_FLAG_NULLS : 0, AMR_INVALID_LEAF, 0,
-						   AMR_TIER_PMEM, slot, &mbr);
-		LWLockRelease(&amr_shared->publish_lock);
-
-		memset(&s->leaves[leaf_id], 0, sizeof(AmrLeafVolatile));
-		s->leaves[leaf_id].rightlink = AMR_INVALID_LEAF;
-		leaf_items[g].box = nulls ? (AmrFBox) {0, 0, 0, 0} : mbr;
-		leaf_items[g].ref = leaf_id;
-		__atomic_add_fetch(&t->nleaves, 1, __ATOMIC_RELAXED);
-		__atomic_add_fetch(&t->nentries, take, __ATOMIC_RELAXED);
-		*done += take;
-		if ((g & 63) == 0)
-			pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) *done);
 	}
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) *done);
 
@@ -217,8 +228,7 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 	LWLockRelease(&amr_shared->publish_lock);
 	amr_report_status(st, index);
 
-	if (items)
-		pfree(items);
+	pfree(items);
 	pfree(scratch);
 	pfree(leaf_items);
 	pfree(node_ids);

@@ -17,6 +17,9 @@
 #include "catalog/pg_authid.h"
 #include "commands/defrem.h"
 #include "funcapi.h"
+#include "utils/pg_lsn.h"
+#include "utils/geo_decls.h"
+#include "utils/tuplestore.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -27,6 +30,7 @@
 PG_FUNCTION_INFO_V1(amrtree_check);
 PG_FUNCTION_INFO_V1(amrtree_index_stats);
 PG_FUNCTION_INFO_V1(amrtree_pool_stats);
+PG_FUNCTION_INFO_V1(amrtree_leaf_entries);
 
 /*
  * Open an amrtree index for inspection, after checking that the caller may
@@ -350,4 +354,74 @@ amrtree_pool_stats(PG_FUNCTION_ARGS)
 	values[7] = Int32GetDatum(trees);
 	values[8] = Int64GetDatum((int64) pg_atomic_read_u64(&amr_shared->rebuilds));
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/*
+ * Every entry of every leaf of an index, like pageinspect's page items:
+ * (leaf_id, entry, tid, box, insert_lsn, dead).  For diagnosis; it reads the
+ * whole index.
+ */
+Datum
+amrtree_leaf_entries(PG_FUNCTION_ARGS)
+{
+	Oid			indexoid = PG_GETARG_OID(0);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Relation	index;
+	AmrTree    *t;
+	uint32		id;
+
+	InitMaterializedSRF(fcinfo, 0);
+	index = open_amrtree_index(indexoid, AccessShareLock);
+	t = amr_tree_open(index);
+
+	for (id = 0; id < amr_store.lt_capacity; id++)
+	{
+		const AmrLeafTableEntry *e = &amr_store.lt[id];
+		uint64		word = amr_lt_word(&amr_store, id);
+		AmrLeaf    *leaf;
+		PGAlignedBlock copy;
+		uint64		i,
+					n;
+
+		if ((id & 0xFFF) == 0)
+			CHECK_FOR_INTERRUPTS();
+		if (AMR_WORD_TIER(word) == AMR_TIER_NONE || e->tree_no != t->tree_no ||
+			e->tree_generation != t->generation)
+			continue;
+		LWLockAcquire(amr_leaf_lock(id), LW_SHARED);
+		leaf = amr_leaf_resolve(index, t, id, &word);
+		n = leaf->hdr.nentries;
+		memcpy(copy.data, leaf, offsetof(AmrLeaf, entries) + n * sizeof(AmrLeafEntry));
+		LWLockRelease(amr_leaf_lock(id));
+
+		for (i = 0; i < n; i++)
+		{
+			const AmrLeafEntry *en = &((AmrLeaf *) copy.data)->entries[i];
+			Datum		values[6];
+			bool		nulls[6] = {0};
+			ItemPointer tid = palloc(sizeof(ItemPointerData));
+
+			memcpy(tid, &en->tid_blk_hi, sizeof(ItemPointerData));
+			values[0] = Int64GetDatum((int64) id);
+			values[1] = Int32GetDatum((int32) i);
+			values[2] = PointerGetDatum(tid);
+			if (en->flags & AMR_ENTRY_FLAG_NULL)
+				nulls[3] = true;
+			else
+			{
+				BOX		   *b = palloc(sizeof(BOX));
+
+				b->low.x = en->key.xlo;
+				b->low.y = en->key.ylo;
+				b->high.x = en->key.xhi;
+				b->high.y = en->key.yhi;
+				values[3] = BoxPGetDatum(b);
+			}
+			values[4] = LSNGetDatum((XLogRecPtr) en->insert_lsn);
+			values[5] = BoolGetDatum((en->flags & AMR_ENTRY_FLAG_DEAD) != 0);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
+	}
+	index_close(index, NoLock);
+	return (Datum) 0;
 }

@@ -122,41 +122,85 @@ amr_tree_free_nodes(AmrStore *s, AmrTree *t)
 	__atomic_store_n(&t->ninner, 0, __ATOMIC_RELAXED);
 }
 
+/* plain comparisons compile to minss/maxss; fminf/fmaxf would be calls */
+static inline float
+minf(float a, float b)
+{
+	return a < b ? a : b;
+}
+
+static inline float
+maxf(float a, float b)
+{
+	return a > b ? a : b;
+}
+
 /*
- * Least area enlargement, then least margin enlargement (which separates
- * candidates when the data are points or lines and every area is zero), then
- * least area.
+ * Choose the child to descend into.  Most boxes fall inside an existing
+ * entry (zero enlargement): the first pass finds the smallest entry that
+ * contains the box.  Otherwise: least area enlargement, then least margin
+ * enlargement (which separates candidates when the data are points or lines
+ * and every area is zero), then least area.
+ *
+ * Both passes compute into small arrays without branches, over the
+ * structure-of-arrays node, so that they vectorise and do not suffer branch
+ * mispredictions.  Infinite boxes may produce NaN areas or enlargements;
+ * NaN never compares smaller, so such entries simply do not attract the
+ * box (this only steers the heuristic, never correctness).
  */
 static int
 choose_entry(const AmrInnerNode *n, const AmrFBox *b)
 {
-	int			best = 0;
-	double		best_enl = 0,
-				best_menl = 0,
-				best_area = 0;
+	float		key[AMR_INNER_FANOUT];
+	float		enl[AMR_INNER_FANOUT];
+	float		menl[AMR_INNER_FANOUT];
+	float		area[AMR_INNER_FANOUT];
+	const int	count = n->count;
+	const float bxlo = b->xlo,
+				bylo = b->ylo,
+				bxhi = b->xhi,
+				byhi = b->yhi;
+	float		best_key = INFINITY;
+	int			best = -1;
 	int			i;
 
-	for (i = 0; i < n->count; i++)
+	for (i = 0; i < count; i++)
 	{
-		AmrFBox		e = amr_node_entry_box(n, i);
-		AmrFBox		u = e;
-		double		area,
-					enl,
-					menl;
+		float		a = (n->xhi[i] - n->xlo[i]) * (n->yhi[i] - n->ylo[i]);
+		int			inside = (n->xlo[i] <= bxlo) & (n->ylo[i] <= bylo) &
+			(n->xhi[i] >= bxhi) & (n->yhi[i] >= byhi);
 
-		amr_fbox_extend(&u, b);
-		area = amr_fbox_area(&e);
-		enl = amr_fbox_area(&u) - area;
-		menl = amr_fbox_margin(&u) - amr_fbox_margin(&e);
-		if (i == 0 || enl < best_enl ||
-			(enl == best_enl && (menl < best_menl ||
-								 (menl == best_menl && area < best_area))))
+		area[i] = a;
+		key[i] = inside ? a : INFINITY;
+	}
+	for (i = 0; i < count; i++)
+	{
+		if (key[i] < best_key)
 		{
+			best_key = key[i];
 			best = i;
-			best_enl = enl;
-			best_menl = menl;
-			best_area = area;
 		}
+	}
+	if (best >= 0)
+		return best;
+
+	for (i = 0; i < count; i++)
+	{
+		float		w = n->xhi[i] - n->xlo[i];
+		float		h = n->yhi[i] - n->ylo[i];
+		float		uw = maxf(n->xhi[i], bxhi) - minf(n->xlo[i], bxlo);
+		float		uh = maxf(n->yhi[i], byhi) - minf(n->ylo[i], bylo);
+
+		enl[i] = uw * uh - area[i];
+		menl[i] = (uw + uh) - (w + h);
+	}
+	best = 0;
+	for (i = 1; i < count; i++)
+	{
+		if (enl[i] < enl[best] ||
+			(enl[i] == enl[best] && (menl[i] < menl[best] ||
+									 (menl[i] == menl[best] && area[i] < area[best]))))
+			best = i;
 	}
 	return best;
 }

@@ -145,14 +145,108 @@ amr_str_order(AmrPackItem *items, size_t n, size_t per_group,
 	}
 }
 
+/*
+ * Size classes.  STR groups boxes by their centres only; with real data a
+ * few long boxes (the trip-joining boxes of taxi trajectories, roads crossing
+ * a map) then land in most leaves and give nearly every leaf a huge box, so
+ * every query visits most leaves.  We first split the boxes by extent into
+ * classes a factor of four apart, counted from the median extent, and pack
+ * each class with STR on its own: long boxes share a few leaves whose big
+ * boxes overlap each other, not everybody's.
+ */
+static inline double
+item_extent(const AmrPackItem *it)
+{
+	double		w = amr_clamp(it->box.xhi) - amr_clamp(it->box.xlo);
+	double		h = amr_clamp(it->box.yhi) - amr_clamp(it->box.ylo);
+
+	return w > h ? w : h;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double		x = *(const double *) a;
+	double		y = *(const double *) b;
+
+	return (x > y) - (x < y);
+}
+
+static inline int
+size_class(const AmrPackItem *it, double base)
+{
+	double		e = item_extent(it);
+	double		limit = base;
+	int			k = 0;
+
+	while (k < AMR_SIZE_CLASSES - 1 && e > limit)
+	{
+		k++;
+		limit *= 4.0;
+	}
+	return k;
+}
+
+size_t
+amr_pack_order(AmrPackItem *items, size_t n, size_t per_group,
+			   AmrPackItem *scratch, size_t *bounds)
+{
+	double		sample[1024];
+	size_t		nsample = 0;
+	size_t		step = n / 1024 + 1;
+	double		base;
+	size_t		counts[AMR_SIZE_CLASSES] = {0};
+	size_t		start[AMR_SIZE_CLASSES];
+	size_t		sum = 0;
+	size_t		nclasses = 0;
+	size_t		i;
+	int			c;
+
+	bounds[0] = 0;
+	if (n == 0)
+		return 0;
+
+	/* class 0 holds everything up to four times the (sampled) median extent */
+	for (i = 0; i < n && nsample < 1024; i += step)
+		sample[nsample++] = item_extent(&items[i]);
+	qsort(sample, nsample, sizeof(double), cmp_double);
+	base = sample[nsample / 2] * 4.0;
+
+	/* stable counting sort by class, through scratch */
+	for (i = 0; i < n; i++)
+		counts[size_class(&items[i], base)]++;
+	for (c = 0; c < AMR_SIZE_CLASSES; c++)
+	{
+		start[c] = sum;
+		sum += counts[c];
+	}
+	for (i = 0; i < n; i++)
+		scratch[start[size_class(&items[i], base)]++] = items[i];
+	memcpy(items, scratch, n * sizeof(AmrPackItem));
+
+	/* STR within each class; report the non-empty classes' bounds */
+	sum = 0;
+	for (c = 0; c < AMR_SIZE_CLASSES; c++)
+	{
+		if (counts[c] == 0)
+			continue;
+		bounds[nclasses++] = sum;
+		amr_str_order(items + sum, counts[c], per_group, scratch);
+		sum += counts[c];
+	}
+	bounds[nclasses] = sum;
+	return nclasses;
+}
+
 size_t
 amr_build_levels_nodes_needed(size_t n, int fill)
 {
 	size_t		total = 0;
 
+	/* an upper bound: each size class may end in a partly filled node */
 	do
 	{
-		size_t		groups = n == 0 ? 1 : (n + fill - 1) / fill;
+		size_t		groups = n <= (size_t) fill ? 1 : (n + fill - 1) / fill + AMR_SIZE_CLASSES;
 
 		total += groups;
 		n = groups;
@@ -168,6 +262,7 @@ amr_build_levels(AmrStore *s, AmrTree *t, bool nulls, AmrPackItem *items,
 	size_t		used = 0;
 	size_t		i;
 	int			level = 1;
+	AmrStatus	result = AMR_OK;
 
 	/* reserve every node first so that failure changes nothing */
 	for (i = 0; i < needed; i++)
@@ -180,75 +275,83 @@ amr_build_levels(AmrStore *s, AmrTree *t, bool nulls, AmrPackItem *items,
 		}
 	}
 
-	if (n == 0)
-	{
-		/* an empty tree is a single empty level-1 node */
-		s->nodes[node_ids[0]].count = 0;
-		s->nodes[node_ids[0]].level = 1;
-		if (nulls)
-		{
-			t->null_root = node_ids[0];
-			t->null_height = 1;
-		}
-		else
-		{
-			t->root = node_ids[0];
-			t->height = 1;
-		}
-		__atomic_add_fetch(&t->ninner, 1, __ATOMIC_RELAXED);
-		return AMR_OK;
-	}
-
 	for (;;)
 	{
-		size_t		groups = (n + fill - 1) / fill;
-		size_t		g,
-					pos = 0;
+		size_t		bounds[AMR_SIZE_CLASSES + 1];
+		size_t		nclasses;
+		size_t		groups = 0;
+		size_t		c;
 
 		if (level > AMR_MAX_HEIGHT)
 		{
-			for (i = 0; i < needed; i++)
-				amr_node_free(s, node_ids[i]);
-			return AMR_ERR_TOO_TALL;
+			result = AMR_ERR_TOO_TALL;
+			break;
 		}
-		amr_str_order(items, n, (size_t) fill, scratch);
-		for (g = 0; g < groups; g++)
+		if (n <= (size_t) fill)
 		{
-			/* spread items evenly: sizes differ by at most one */
-			size_t		take = n / groups + (g < n % groups ? 1 : 0);
-			uint32_t	node_id = node_ids[used++];
-			AmrInnerNode *node = &s->nodes[node_id];
+			/* the root: everything that is left, possibly nothing */
+			AmrInnerNode *root = &s->nodes[node_ids[used]];
 
-			node->level = (uint16_t) level;
-			node->count = 0;
-			for (i = 0; i < take; i++)
+			root->level = (uint16_t) level;
+			root->count = 0;
+			for (i = 0; i < n; i++)
 			{
-				amr_node_set_entry(node, node->count, &items[pos + i].box,
-								   items[pos + i].ref);
-				node->count++;
+				amr_node_set_entry(root, root->count, &items[i].box, items[i].ref);
+				root->count++;
 			}
-			pos += take;
-			/* the node becomes an item of the next level (in place: g <= pos) */
-			items[g].box = amr_node_union(node);
-			items[g].ref = node_id;
-		}
-		if (groups == 1)
-		{
 			if (nulls)
 			{
-				t->null_root = items[0].ref;
+				t->null_root = node_ids[used];
 				t->null_height = (uint32_t) level;
 			}
 			else
 			{
-				t->root = items[0].ref;
+				t->root = node_ids[used];
 				t->height = (uint32_t) level;
 			}
+			used++;
 			break;
+		}
+
+		nclasses = amr_pack_order(items, n, (size_t) fill, scratch, bounds);
+		for (c = 0; c < nclasses; c++)
+		{
+			size_t		pos = bounds[c];
+
+			while (pos < bounds[c + 1])
+			{
+				size_t		take = bounds[c + 1] - pos < (size_t) fill ?
+					bounds[c + 1] - pos : (size_t) fill;
+				uint32_t	node_id = node_ids[used++];
+				AmrInnerNode *node = &s->nodes[node_id];
+
+				node->level = (uint16_t) level;
+				node->count = 0;
+				for (i = 0; i < take; i++)
+				{
+					amr_node_set_entry(node, node->count, &items[pos + i].box,
+									   items[pos + i].ref);
+					node->count++;
+				}
+				pos += take;
+				/* the node becomes an item of the next level (groups < pos) */
+				items[groups].box = amr_node_union(node);
+				items[groups].ref = node_id;
+				groups++;
+			}
 		}
 		n = groups;
 		level++;
 	}
+
+	if (result != AMR_OK)
+	{
+		for (i = 0; i < needed; i++)
+			amr_node_free(s, node_ids[i]);
+		return result;
+	}
+	for (i = used; i < needed; i++)
+		amr_node_free(s, node_ids[i]);
 	__atomic_add_fetch(&t->ninner, used, __ATOMIC_RELAXED);
 	return AMR_OK;
 }
@@ -257,44 +360,89 @@ amr_build_levels(AmrStore *s, AmrTree *t, bool nulls, AmrPackItem *items,
 
 typedef struct SortRef
 {
-	float		k1;
-	float		k2;
+	uint64_t	key;			/* (k1, k2) packed so that integer order is
+								 * their lexicographic order */
 	int			idx;
 } SortRef;
 
-static void
-sort_refs(SortRef *r, int n)
+static inline uint32_t
+float_order_bits(float f)
 {
-	int			i;
+	uint32_t	u;
 
-	for (i = 1; i < n; i++)
-	{
-		SortRef		tmp = r[i];
-		int			j = i;
-
-		while (j > 0 && (r[j - 1].k1 > tmp.k1 ||
-						 (r[j - 1].k1 == tmp.k1 && r[j - 1].k2 > tmp.k2)))
-		{
-			r[j] = r[j - 1];
-			j--;
-		}
-		r[j] = tmp;
-	}
+	memcpy(&u, &f, sizeof(u));
+	return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+static inline uint64_t
+pair_key(float k1, float k2)
+{
+	return ((uint64_t) float_order_bits(k1) << 32) | float_order_bits(k2);
+}
+
+/* bottom-up merge sort: O(n log n) for the ~85 entries of a split */
+static void
+sort_refs(SortRef *r, int n, SortRef *tmp)
+{
+	int			width;
+	SortRef    *src = r,
+			   *dst = tmp;
+
+	for (width = 1; width < n; width *= 2)
+	{
+		int			lo;
+
+		for (lo = 0; lo < n; lo += 2 * width)
+		{
+			int			mid = lo + width < n ? lo + width : n;
+			int			hi = lo + 2 * width < n ? lo + 2 * width : n;
+			int			a = lo,
+						b = mid,
+						k = lo;
+
+			while (a < mid && b < hi)
+			{
+				/* branch-free: the comparison is unpredictable */
+				int			take_b = src[b].key < src[a].key;
+
+				dst[k++] = src[take_b ? b : a];
+				b += take_b;
+				a += !take_b;
+			}
+			while (a < mid)
+				dst[k++] = src[a++];
+			while (b < hi)
+				dst[k++] = src[b++];
+		}
+		{
+			SortRef    *t = src;
+
+			src = dst;
+			dst = t;
+		}
+	}
+	if (src != r)
+		memcpy(r, src, sizeof(SortRef) * n);
+}
+
+/*
+ * R*-tree split (Beckmann et al.), with one sort per axis (by lower bound,
+ * upper bound breaking ties) instead of two: choose the axis whose
+ * distributions have the smallest total margin, then on it the distribution
+ * with the least overlap, then the least total area.
+ */
 void
 amr_rstar_split(const AmrFBox *boxes, int n, int min_fill, uint8_t *goes_right)
 {
-	SortRef		order[4][AMR_LEAF_CAPACITY + AMR_INNER_FANOUT + 2];
-	AmrFBox		pre[AMR_LEAF_CAPACITY + AMR_INNER_FANOUT + 2];
-	AmrFBox		suf[AMR_LEAF_CAPACITY + AMR_INNER_FANOUT + 2];
+	SortRef		order[2][AMR_LEAF_CAPACITY + AMR_INNER_FANOUT + 2];
+	SortRef		tmp[AMR_LEAF_CAPACITY + AMR_INNER_FANOUT + 2];
+	AmrFBox		pre[2][AMR_LEAF_CAPACITY + AMR_INNER_FANOUT + 2];
+	AmrFBox		suf[2][AMR_LEAF_CAPACITY + AMR_INNER_FANOUT + 2];
 	double		margin[2] = {0, 0};
-	int			s,
+	int			axis,
 				i,
-				k,
-				axis;
-	int			best_sort = 0,
-				best_k = 0;
+				k;
+	int			best_k = 0;
 	double		best_overlap = 0,
 				best_area = 0;
 	bool		have_best = false;
@@ -306,62 +454,48 @@ amr_rstar_split(const AmrFBox *boxes, int n, int min_fill, uint8_t *goes_right)
 
 	for (i = 0; i < n; i++)
 	{
-		order[0][i] = (SortRef) {boxes[i].xlo, boxes[i].xhi, i};
-		order[1][i] = (SortRef) {boxes[i].xhi, boxes[i].xlo, i};
-		order[2][i] = (SortRef) {boxes[i].ylo, boxes[i].yhi, i};
-		order[3][i] = (SortRef) {boxes[i].yhi, boxes[i].ylo, i};
+		order[0][i] = (SortRef) {pair_key(boxes[i].xlo, boxes[i].xhi), i};
+		order[1][i] = (SortRef) {pair_key(boxes[i].ylo, boxes[i].yhi), i};
 	}
-	for (s = 0; s < 4; s++)
+	for (axis = 0; axis < 2; axis++)
 	{
-		sort_refs(order[s], n);
-		pre[0] = boxes[order[s][0].idx];
+		AmrFBox    *p = pre[axis];
+		AmrFBox    *q = suf[axis];
+		SortRef    *o = order[axis];
+
+		sort_refs(o, n, tmp);
+		p[0] = boxes[o[0].idx];
 		for (i = 1; i < n; i++)
 		{
-			pre[i] = pre[i - 1];
-			amr_fbox_extend(&pre[i], &boxes[order[s][i].idx]);
+			p[i] = p[i - 1];
+			amr_fbox_extend(&p[i], &boxes[o[i].idx]);
 		}
-		suf[n - 1] = boxes[order[s][n - 1].idx];
+		q[n - 1] = boxes[o[n - 1].idx];
 		for (i = n - 2; i >= 0; i--)
 		{
-			suf[i] = suf[i + 1];
-			amr_fbox_extend(&suf[i], &boxes[order[s][i].idx]);
+			q[i] = q[i + 1];
+			amr_fbox_extend(&q[i], &boxes[o[i].idx]);
 		}
 		for (k = min_fill; k <= n - min_fill; k++)
-			margin[s / 2] += amr_fbox_margin(&pre[k - 1]) + amr_fbox_margin(&suf[k]);
+			margin[axis] += amr_fbox_margin(&p[k - 1]) + amr_fbox_margin(&q[k]);
 	}
 	axis = margin[1] < margin[0] ? 1 : 0;
 
-	for (s = axis * 2; s < axis * 2 + 2; s++)
+	for (k = min_fill; k <= n - min_fill; k++)
 	{
-		pre[0] = boxes[order[s][0].idx];
-		for (i = 1; i < n; i++)
-		{
-			pre[i] = pre[i - 1];
-			amr_fbox_extend(&pre[i], &boxes[order[s][i].idx]);
-		}
-		suf[n - 1] = boxes[order[s][n - 1].idx];
-		for (i = n - 2; i >= 0; i--)
-		{
-			suf[i] = suf[i + 1];
-			amr_fbox_extend(&suf[i], &boxes[order[s][i].idx]);
-		}
-		for (k = min_fill; k <= n - min_fill; k++)
-		{
-			double		ov = amr_fbox_overlap_area(&pre[k - 1], &suf[k]);
-			double		ar = amr_fbox_area(&pre[k - 1]) + amr_fbox_area(&suf[k]);
+		double		ov = amr_fbox_overlap_area(&pre[axis][k - 1], &suf[axis][k]);
+		double		ar = amr_fbox_area(&pre[axis][k - 1]) + amr_fbox_area(&suf[axis][k]);
 
-			if (!have_best || ov < best_overlap ||
-				(ov == best_overlap && ar < best_area))
-			{
-				have_best = true;
-				best_overlap = ov;
-				best_area = ar;
-				best_sort = s;
-				best_k = k;
-			}
+		if (!have_best || ov < best_overlap ||
+			(ov == best_overlap && ar < best_area))
+		{
+			have_best = true;
+			best_overlap = ov;
+			best_area = ar;
+			best_k = k;
 		}
 	}
 
 	for (i = 0; i < n; i++)
-		goes_right[order[best_sort][i].idx] = (i >= best_k) ? 1 : 0;
+		goes_right[order[axis][i].idx] = (i >= best_k) ? 1 : 0;
 }

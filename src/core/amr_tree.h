@@ -302,6 +302,16 @@ extern void amr_str_order(AmrPackItem *items, size_t n, size_t per_group,
 						  AmrPackItem *scratch);
 
 /*
+ * Packing order: items grouped into size classes (extent a factor of four
+ * apart), each class in STR order.  bounds (AMR_SIZE_CLASSES + 1 entries)
+ * receives the start of each non-empty class and the end; returns the
+ * number of classes.  Groups are cut within classes.
+ */
+#define AMR_SIZE_CLASSES 8
+extern size_t amr_pack_order(AmrPackItem *items, size_t n, size_t per_group,
+							 AmrPackItem *scratch, size_t *bounds);
+
+/*
  * Build the inner levels over items (leaf boxes and ids) in STR order,
  * filling nodes to at most fill entries.  node_ids must have room for
  * amr_build_levels_nodes_needed(n, fill) ids; every node is reserved before
