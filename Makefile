@@ -12,7 +12,9 @@ CORE_OBJS = \
 	src/core/amr_leaf.o \
 	src/core/amr_ops.o \
 	src/core/amr_pack.o \
-	src/core/amr_persist.o
+	src/core/amr_persist.o \
+	src/core/amr_policy.o \
+	src/core/amr_ssd.o
 
 OBJS = \
 	$(CORE_OBJS) \
@@ -26,6 +28,7 @@ OBJS = \
 	src/amr_reconcile.o \
 	src/amr_scan.o \
 	src/amr_shmem.o \
+	src/amr_tier.o \
 	src/amr_vacuum.o \
 	src/amr_validate.o
 
@@ -39,6 +42,9 @@ PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare \
 # Tests: run through test/run-tests.sh (needs shared_preload_libraries).
 REGRESS_OPTS = --inputdir=test --outputdir=$(AMR_TEST_OUTDIR)
 ISOLATION_OPTS = --inputdir=test --outputdir=$(AMR_TEST_OUTDIR)
+
+# rebuild objects when the headers they include change
+autodepend = yes
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

@@ -73,6 +73,10 @@ build_install() {
 		echo "build produced warnings (see above)" >&2; rm -f "$log"; exit 1
 	fi
 	rm -f "$log"
+	# a missing definition only shows when the server loads the library
+	if nm -D "$AMR_ROOT/amrtree.so" | grep -E ' U (amr_|amrtree_)' >&2; then
+		echo "amrtree.so has unresolved amrtree symbols (see above)" >&2; exit 1
+	fi
 	say "installing amrtree into $($PG_BIN/pg_config --pkglibdir)"
 	as_root make -C "$AMR_ROOT" -s install PG_CONFIG="$PG_BIN/pg_config" >/dev/null
 }

@@ -62,6 +62,51 @@ LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION amrtree_leaf_entries(regclass) IS
 'every entry of an amrtree index (for diagnosis; reads the whole index)';
 
+CREATE FUNCTION amrtree_settle(index regclass, settle_seconds float8 DEFAULT 5)
+RETURNS bigint
+AS 'MODULE_PATHNAME'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION amrtree_settle(regclass, float8) IS
+'run the tier manager on an index now, wait settle_seconds, and again until no move is pending; returns the moves made';
+
+CREATE FUNCTION amrtree_tier_stats(index regclass,
+	OUT tier text,
+	OUT leaves bigint,
+	OUT bytes bigint,
+	OUT budget_bytes bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME'
+LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
+COMMENT ON FUNCTION amrtree_tier_stats(regclass) IS
+'leaves and bytes of an amrtree index per tier (dram, pmem, ssd), with its PMEM budget';
+
+CREATE FUNCTION amrtree_migration_stats(index regclass,
+	OUT promotions bigint,
+	OUT demotions bigint,
+	OUT bytes_moved bigint,
+	OUT budget_demotions bigint,
+	OUT rule_demotions bigint,
+	OUT scans bigint,
+	OUT last_scan timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME'
+LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
+COMMENT ON FUNCTION amrtree_migration_stats(regclass) IS
+'what the tier manager did to an amrtree index since the server started';
+
+CREATE FUNCTION amrtree_leaf_table(index regclass,
+	OUT leaf_id bigint,
+	OUT tier text,
+	OUT version bigint,
+	OUT entries integer,
+	OUT hotness float8,
+	OUT mbr box)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME'
+LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
+COMMENT ON FUNCTION amrtree_leaf_table(regclass) IS
+'the Leaf Table entries of an amrtree index: one row per leaf';
+
 CREATE FUNCTION amrtree_pool_stats(
 	OUT pool text,
 	OUT pmem_slots bigint,

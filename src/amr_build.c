@@ -112,20 +112,87 @@ build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
 	memcpy(&e->tid_blk_hi, tid, sizeof(ItemPointerData));
 }
 
-/* Reserve a leaf id and a PMEM slot together, or neither. */
+/* Reserve a leaf id and a slot, on *tier or else the other tier, or neither. */
 static void
-reserve_leaf(Relation index, uint32 *leaf_id, uint32 *slot)
+reserve_leaf(Relation index, uint32 *tier, uint32 *leaf_id, uint32 *slot)
 {
-	int64		s;
+	AmrStore   *s = &amr_store;
+	int64		v;
+	AmrBitmap  *bm;
 
 	*leaf_id = amr_alloc_leaf_id(index);
-	s = amr_bitmap_alloc(amr_store.pmem_used);
-	if (s < 0)
+	bm = *tier == AMR_TIER_SSD ? s->ssd_used : s->pmem_used;
+	v = bm ? amr_bitmap_alloc(bm) : -1;
+	if (v < 0)
 	{
-		amr_bitmap_clear(amr_store.leaf_ids_used, *leaf_id);
-		amr_report_status(AMR_ERR_PMEM_FULL, index);
+		/* the wanted tier is full: the other one, if there is one */
+		*tier = *tier == AMR_TIER_SSD ? AMR_TIER_PMEM : AMR_TIER_SSD;
+		bm = *tier == AMR_TIER_SSD ? s->ssd_used : s->pmem_used;
+		v = bm ? amr_bitmap_alloc(bm) : -1;
 	}
-	*slot = (uint32) s;
+	if (v < 0)
+	{
+		amr_bitmap_clear(s->leaf_ids_used, *leaf_id);
+		amr_report_status(s->ssd_used ? AMR_ERR_SSD_FULL : AMR_ERR_PMEM_FULL, index);
+	}
+	*slot = (uint32) v;
+}
+
+#define SSD_BATCH 64
+
+/* SSD images written but not yet durable nor published */
+typedef struct SsdBatch
+{
+	int			n;
+	AmrLeaf    *images;			/* SSD_BATCH aligned images */
+	uint32		leaf_id[SSD_BATCH];
+	uint32		slot[SSD_BATCH];
+	AmrFBox		mbr[SSD_BATCH];
+} SsdBatch;
+
+static void
+publish_leaf(AmrTree *t, uint32 leaf_id, uint32 tier, uint32 slot, const AmrLeaf *img,
+			 const AmrFBox *mbr, bool nulls, AmrPackItem *item)
+{
+	AmrStore   *s = &amr_store;
+
+	amr_lt_publish_new(s, leaf_id, t->tree_no, t->generation,
+					   nulls ? AMR_LT_FLAG_NULLS : 0, AMR_INVALID_LEAF, 0,
+					   tier, slot, mbr, (uint32) img->hdr.nentries);
+	amr_leaf_volatile_reset(&s->leaves[leaf_id]);
+	item->box = nulls ? (AmrFBox) {0, 0, 0, 0} : *mbr;
+	item->ref = leaf_id;
+	__atomic_add_fetch(&t->nleaves, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&t->nentries, img->hdr.nentries, __ATOMIC_RELAXED);
+}
+
+/* Make the batch durable with one sync, then publish it. */
+static void
+flush_batch(Relation index, AmrTree *t, SsdBatch *b, bool nulls,
+			AmrPackItem *leaf_items, Size *nleaves)
+{
+	int			i;
+
+	if (b->n == 0)
+		return;
+	amr_ssd_flush(index);
+	for (i = 0; i < b->n; i++)
+		publish_leaf(t, b->leaf_id[i], AMR_TIER_SSD, b->slot[i], &b->images[i],
+					 &b->mbr[i], nulls, &leaf_items[(*nleaves)++]);
+	b->n = 0;
+}
+
+static void
+release_batch(SsdBatch *b)
+{
+	int			i;
+
+	for (i = 0; i < b->n; i++)
+	{
+		amr_bitmap_clear(amr_store.leaf_ids_used, b->leaf_id[i]);
+		amr_bitmap_clear(amr_store.ssd_used, b->slot[i]);
+	}
+	b->n = 0;
 }
 
 static void
@@ -138,14 +205,16 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 	AmrPackItem *scratch;
 	AmrPackItem *leaf_items;
 	uint32	   *node_ids;
-	PGAlignedBlock buf;
-	AmrLeaf    *img = (AmrLeaf *) buf.data;
+	AmrLeaf    *img = amr_alloc_leaf_buffer();
+	SsdBatch	batch;
 	size_t		bounds[AMR_SIZE_CLASSES + 1];
 	size_t		nclasses;
 	size_t		c;
 	Size		nleaves = 0;
+	Size		remaining = 0;
 	Size		i;
 	AmrStatus	st;
+	bool		locked = false;
 
 	items = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(AmrPackItem) * (n + 1));
 	scratch = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(AmrPackItem) * (n + 1));
@@ -166,55 +235,92 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_SORT);
 		nclasses = amr_pack_order(items, n, (size_t) fill, scratch, bounds);
 	}
+	for (c = 0; c < nclasses; c++)
+		remaining += (bounds[c + 1] - bounds[c] + fill - 1) / fill;
 
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_WRITE_LEAVES);
 	leaf_items = MemoryContextAllocHuge(CurrentMemoryContext,
-										sizeof(AmrPackItem) * (n / fill + AMR_SIZE_CLASSES + 1));
-	for (c = 0; c < nclasses; c++)
+										sizeof(AmrPackItem) * (remaining + 1));
+	batch.n = 0;
+	batch.images = (AmrLeaf *) TYPEALIGN(AMR_SLOT_SIZE,
+										 palloc((SSD_BATCH + 1) * AMR_SLOT_SIZE));
+
+	PG_TRY();
 	{
-		Size		first;
-
-		for (first = bounds[c]; first < bounds[c + 1]; first += fill)
+		for (c = 0; c < nclasses; c++)
 		{
-			Size		take = Min((Size) fill, bounds[c + 1] - first);
-			uint32		leaf_id;
-			uint32		slot;
-			uint32		version;
-			AmrFBox		mbr;
+			Size		first;
 
-			CHECK_FOR_INTERRUPTS();
-
-			LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-			reserve_leaf(index, &leaf_id, &slot);
-			version = AMR_WORD_VERSION(amr_lt_word(s, leaf_id)) + 1;
-			amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation, version, nulls);
-			for (i = 0; i < take; i++)
+			for (first = bounds[c]; first < bounds[c + 1]; first += fill)
 			{
-				img->entries[i] = entries[items[first + i].ref];
-				img->entries[i].insert_lsn = lsn;
+				Size		take = Min((Size) fill, bounds[c + 1] - first);
+				uint32		leaf_id;
+				uint32		slot;
+				uint32		tier;
+				AmrFBox		mbr;
+				AmrLeaf    *dst;
+
+				if (!locked)
+				{
+					CHECK_FOR_INTERRUPTS();
+					LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+					locked = true;
+				}
+				/* PMEM while within the budget (if any), the rest to SSD */
+				tier = amr_new_image_tier(t, 1, remaining--);
+				reserve_leaf(index, &tier, &leaf_id, &slot);
+				dst = tier == AMR_TIER_SSD ? &batch.images[batch.n] : img;
+				amr_leaf_image_init(dst, leaf_id, t->tree_no, t->generation,
+									AMR_WORD_VERSION(amr_lt_word(s, leaf_id)) + 1, nulls);
+				for (i = 0; i < take; i++)
+				{
+					dst->entries[i] = entries[items[first + i].ref];
+					dst->entries[i].insert_lsn = lsn;
+				}
+				dst->hdr.nentries = take;
+				mbr = nulls ? amr_fbox_empty() : amr_leaf_image_mbr(dst);
+
+				if (tier == AMR_TIER_PMEM)
+				{
+					amr_tier_write(index, tier, slot, dst);
+					publish_leaf(t, leaf_id, tier, slot, dst, &mbr, nulls,
+								 &leaf_items[nleaves++]);
+				}
+				else
+				{
+					batch.leaf_id[batch.n] = leaf_id;
+					batch.slot[batch.n] = slot;
+					batch.mbr[batch.n] = mbr;
+					batch.n++;
+					amr_tier_write_ext(index, tier, slot, dst, false);
+					if (batch.n == SSD_BATCH)
+						flush_batch(index, t, &batch, nulls, leaf_items, &nleaves);
+				}
+				*done += take;
+				if (batch.n == 0)
+				{
+					LWLockRelease(&amr_shared->publish_lock);
+					locked = false;
+				}
+				if ((nleaves & 63) == 0)
+					pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) *done);
 			}
-			img->hdr.nentries = take;
-			mbr = nulls ? amr_fbox_empty() : amr_leaf_image_mbr(img);
-
-			amr_memcpy_persist(amr_pmem_slot(s, slot), img,
-							   offsetof(AmrLeaf, entries) + take * sizeof(AmrLeafEntry));
-			amr_lt_publish_new(s, leaf_id, t->tree_no, t->generation,
-							   nulls ? AMR_LT_FLAG_NULLS : 0, AMR_INVALID_LEAF, 0,
-							   AMR_TIER_PMEM, slot, &mbr);
+		}
+		if (batch.n > 0)
+			flush_batch(index, t, &batch, nulls, leaf_items, &nleaves);
+		if (locked)
+		{
 			LWLockRelease(&amr_shared->publish_lock);
-
-			memset(&s->leaves[leaf_id], 0, sizeof(AmrLeafVolatile));
-			s->leaves[leaf_id].rightlink = AMR_INVALID_LEAF;
-			leaf_items[nleaves].box = nulls ? (AmrFBox) {0, 0, 0, 0} : mbr;
-			leaf_items[nleaves].ref = leaf_id;
-			nleaves++;
-			__atomic_add_fetch(&t->nleaves, 1, __ATOMIC_RELAXED);
-			__atomic_add_fetch(&t->nentries, take, __ATOMIC_RELAXED);
-			*done += take;
-			if ((nleaves & 63) == 0)
-				pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) *done);
+			locked = false;
 		}
 	}
+	PG_CATCH();
+	{
+		/* the published leaves go with the tree when the transaction aborts */
+		release_batch(&batch);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) *done);
 
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_INNER);

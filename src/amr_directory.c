@@ -88,11 +88,16 @@ persist_u32(uint32 *field, uint32 value)
 void
 amr_tree_reset_dram(AmrTree *t)
 {
+	uint32		tree_no = t->tree_no;
+	uint32		generation = t->generation;
+
 	amr_tree_free_nodes(&amr_store, t);
-	__atomic_store_n(&t->nentries, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&t->nleaves, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&t->nsn, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&t->pinned, 0, __ATOMIC_RELAXED);
+	memset(t, 0, sizeof(*t));
+	t->tree_no = tree_no;
+	t->generation = generation;
+	t->root = AMR_INVALID_NODE;
+	t->null_root = AMR_INVALID_NODE;
+	t->tiering = true;
 }
 
 /*
@@ -125,11 +130,11 @@ amr_tree_free_storage(uint32 tree_no)
 			e->tree_no != tree_no || e->tree_generation != generation)
 			continue;
 		LWLockAcquire(amr_leaf_lock(id), LW_EXCLUSIVE);
+		amr_cache_unpin(t, id);
 		word = amr_lt_release(s, id);
 		amr_free_word_slot(&amr_store, word);
 		amr_bitmap_clear(s->leaf_ids_used, id);
-		memset(&s->leaves[id], 0, sizeof(AmrLeafVolatile));
-		s->leaves[id].rightlink = AMR_INVALID_LEAF;
+		amr_leaf_volatile_reset(&s->leaves[id]);
 		LWLockRelease(amr_leaf_lock(id));
 	}
 	amr_tree_reset_dram(t);
@@ -139,6 +144,45 @@ amr_tree_free_storage(uint32 tree_no)
 	LWLockAcquire(&amr_shared->directory_lock, LW_EXCLUSIVE);
 	persist_u32(&rec->state, AMR_TREE_FREE);
 	LWLockRelease(&amr_shared->directory_lock);
+}
+
+/*
+ * Mirror the index's placement options into its tree record (persisted, for
+ * the tier manager, which cannot read catalogs) and DRAM descriptor.  Runs
+ * whenever a backend opens the tree, so ALTER INDEX ... SET takes effect at
+ * the next use of the index.
+ */
+void
+amr_tree_sync_options(Relation index, AmrTree *t)
+{
+	AmrOptions *o = (AmrOptions *) index->rd_options;
+	AmrBudgetKind kind = AMR_BUDGET_UNLIMITED;
+	double		value = 0;
+	bool		tiering = true;
+	AmrTreeRecord *rec = &amr_store.tree_records[t->tree_no];
+
+	if (o != NULL)
+	{
+		if (o->pmem_budget_offset != 0 &&
+			!amr_parse_budget((const char *) o + o->pmem_budget_offset, &kind, &value))
+			kind = AMR_BUDGET_UNLIMITED;
+		tiering = o->tiering;
+	}
+	if (rec->budget_kind != (uint32) kind || rec->budget_value != value ||
+		rec->tiering_off != (uint32) !tiering)
+	{
+		rec->budget_kind = kind;
+		rec->budget_value = value;
+		rec->tiering_off = !tiering;
+		amr_persist(&rec->budget_kind, offsetof(AmrTreeRecord, reserved) -
+					offsetof(AmrTreeRecord, budget_kind));
+	}
+	if (t->budget_kind != (uint32) kind || t->budget_value != value || t->tiering != tiering)
+	{
+		t->budget_value = value;
+		t->budget_kind = kind;
+		t->tiering = tiering;
+	}
 }
 
 static Oid
@@ -195,6 +239,7 @@ amr_tree_create(Relation index, bool unlogged)
 	amr_tree_reset_dram(t);
 	t->generation = rec->generation;
 	LWLockRelease(amr_tree_lock(t));
+	amr_tree_sync_options(index, t);
 
 	/*
 	 * An older tree of the same index (REINDEX, TRUNCATE, VACUUM FULL,
@@ -348,6 +393,7 @@ amr_tree_open_extended(Relation index, bool missing_ok)
 			return NULL;
 		tree_missing(index, "The tree recorded in the metapage was dropped or belongs to other storage.");
 	}
+	amr_tree_sync_options(index, &amr_store.trees[cache->tree_no]);
 	return &amr_store.trees[cache->tree_no];
 }
 
@@ -510,6 +556,7 @@ amr_xact_callback(XactEvent event, void *arg)
 				apply_abort(InvalidSubTransactionId);
 			pending_actions = NULL;
 			amr_pins_release_all(InvalidSubTransactionId);
+			amr_tier_unlock();
 			break;
 		default:
 			break;
@@ -533,6 +580,7 @@ amr_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			if (amr_shared != NULL)
 				apply_abort(mySubid);
 			amr_pins_release_all(mySubid);
+			amr_tier_unlock();
 			break;
 		default:
 			break;

@@ -37,8 +37,8 @@ PG_FUNCTION_INFO_V1(amrtree_leaf_entries);
  * read its table.  The table is locked in "lockmode" and stays locked until
  * the end of the transaction.
  */
-static Relation
-open_amrtree_index(Oid indexoid, LOCKMODE lockmode)
+Relation
+amr_open_index_for_inspection(Oid indexoid, LOCKMODE lockmode)
 {
 	Oid			heapoid = IndexGetRelation(indexoid, true);
 	AclResult	aclresult;
@@ -101,11 +101,15 @@ check_allocators(Relation index)
 {
 	AmrStore   *s = &amr_store;
 	uint8	   *slot_refs;
+	uint8	   *ssd_refs;
+	uint64	   *tier_counts;
 	uint64		nodes_in_trees = 0;
 	uint32		id;
 	uint32		tn;
 
 	slot_refs = palloc_extended((Size) s->pmem_nslots + 1, MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+	ssd_refs = palloc_extended((Size) s->ssd_nslots + 1, MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+	tier_counts = palloc0(sizeof(uint64) * AMR_MAX_TREES * 2);
 
 	LWLockAcquire(&amr_shared->publish_lock, LW_EXCLUSIVE);
 	for (id = 0; id < s->lt_capacity; id++)
@@ -131,6 +135,47 @@ check_allocators(Relation index)
 			}
 			slot_refs[slot] = 1;
 		}
+		else if (AMR_WORD_TIER(word) == AMR_TIER_SSD)
+		{
+			uint32		slot = AMR_WORD_SLOT(word);
+
+			if (slot >= s->ssd_nslots || ssd_refs[slot])
+			{
+				LWLockRelease(&amr_shared->publish_lock);
+				corrupted(index, "SSD slot %u is referenced by more than one leaf or is out of range (leaf %u)",
+						  slot, id);
+			}
+			ssd_refs[slot] = 1;
+		}
+		if (used && s->lt[id].tree_no < AMR_MAX_TREES)
+			tier_counts[s->lt[id].tree_no * 2 + (AMR_WORD_TIER(word) == AMR_TIER_SSD ? 1 : 0)]++;
+	}
+	for (id = 0; id < s->ssd_nslots; id++)
+	{
+		if ((ssd_refs[id] != 0) != amr_bitmap_test(s->ssd_used, id))
+		{
+			LWLockRelease(&amr_shared->publish_lock);
+			corrupted(index, "SSD slot %u is %s by the Leaf Table but %s in the free-slot bitmap%s",
+					  id, ssd_refs[id] ? "referenced" : "not referenced",
+					  ssd_refs[id] ? "free" : "allocated",
+					  ssd_refs[id] ? "" : " (a leaked slot)");
+		}
+	}
+	for (tn = 0; tn < AMR_MAX_TREES; tn++)
+	{
+		AmrTree    *t = &s->trees[tn];
+
+		if (s->tree_records[tn].state != AMR_TREE_VALID &&
+			s->tree_records[tn].state != AMR_TREE_BUILDING)
+			continue;
+		if (t->pmem_leaves != tier_counts[tn * 2] || t->ssd_leaves != tier_counts[tn * 2 + 1])
+		{
+			LWLockRelease(&amr_shared->publish_lock);
+			corrupted(index, "tree %u counts %llu PMEM and %llu SSD leaves, the Leaf Table holds %llu and %llu",
+					  tn, (unsigned long long) t->pmem_leaves, (unsigned long long) t->ssd_leaves,
+					  (unsigned long long) tier_counts[tn * 2],
+					  (unsigned long long) tier_counts[tn * 2 + 1]);
+		}
 	}
 	for (id = 0; id < s->pmem_nslots; id++)
 	{
@@ -155,13 +200,21 @@ check_allocators(Relation index)
 	}
 	LWLockRelease(&amr_shared->publish_lock);
 	pfree(slot_refs);
+	pfree(ssd_refs);
+	pfree(tier_counts);
 }
 
-/* Leaf images of one tree against the Leaf Table. */
+/*
+ * Leaf images of one tree against the Leaf Table: every image is read from
+ * its tier (SSD images have their checksum verified), and a DRAM copy held
+ * by rule R6 must equal the persistent image.  Caller holds the tree
+ * exclusively, so no leaf splits or appears meanwhile.
+ */
 static void
 check_leaves(Relation index, AmrTree *t)
 {
 	AmrStore   *s = &amr_store;
+	AmrLeaf    *leaf = amr_alloc_leaf_buffer();
 	uint64		entries = 0;
 	uint32		id;
 
@@ -169,10 +222,10 @@ check_leaves(Relation index, AmrTree *t)
 	{
 		AmrLeafTableEntry *e = &s->lt[id];
 		uint64		word = amr_lt_word(s, id);
-		AmrLeaf    *leaf;
 		AmrFBox		mbr;
 		bool		nulls;
 		uint64		i;
+		uint64		live;
 
 		if ((id & 0xFFF) == 0)
 			CHECK_FOR_INTERRUPTS();
@@ -180,15 +233,40 @@ check_leaves(Relation index, AmrTree *t)
 			e->tree_generation != t->generation)
 			continue;
 
-		LWLockAcquire(amr_leaf_lock(id), LW_SHARED);
-		word = amr_lt_word(s, id);
-		if (AMR_WORD_TIER(word) != AMR_TIER_PMEM || AMR_WORD_SLOT(word) >= s->pmem_nslots)
+reread:
+		/* the persistent image, not a DRAM copy */
+		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 		{
+			LWLockAcquire(amr_leaf_lock(id), LW_SHARED);
+			word = amr_lt_word(s, id);
+			if (AMR_WORD_TIER(word) == AMR_TIER_PMEM && AMR_WORD_SLOT(word) < s->pmem_nslots)
+			{
+				const AmrLeaf *p = amr_pmem_slot(s, AMR_WORD_SLOT(word));
+
+				memcpy(leaf, p, Min(amr_leaf_image_bytes(p), (Size) AMR_SLOT_SIZE));
+			}
 			LWLockRelease(amr_leaf_lock(id));
-			corrupted(index, "leaf %u has Leaf Table word %016llx, which names no PMEM slot",
-					  id, (unsigned long long) word);
+			if (AMR_WORD_SLOT(word) >= s->pmem_nslots)
+				corrupted(index, "leaf %u has Leaf Table word %016llx, which names no PMEM slot",
+						  id, (unsigned long long) word);
 		}
-		leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
+		else
+		{
+			uint32		slot = AMR_WORD_SLOT(word);
+
+			if (AMR_WORD_TIER(word) != AMR_TIER_SSD || slot >= s->ssd_nslots)
+				corrupted(index, "leaf %u has Leaf Table word %016llx, which names no slot",
+						  id, (unsigned long long) word);
+			amr_ssd_read_images(index, &slot, &leaf, 1);
+			if (amr_lt_word(s, id) != word)
+			{
+				/* migrated while we read: read the new image */
+				word = amr_lt_word(s, id);
+				goto reread;
+			}
+			if (!amr_leaf_image_checksum_ok(leaf))
+				corrupted(index, "the image of leaf %u in SSD slot %u fails its checksum", id, slot);
+		}
 		nulls = (e->flags & AMR_LT_FLAG_NULLS) != 0;
 		mbr = amr_lt_mbr(s, id, word);
 		if (leaf->hdr.magic != AMR_LEAF_MAGIC || leaf->hdr.leaf_id != id ||
@@ -197,14 +275,12 @@ check_leaves(Relation index, AmrTree *t)
 			leaf->hdr.version != AMR_WORD_VERSION(word) ||
 			leaf->hdr.nentries > AMR_LEAF_CAPACITY ||
 			((leaf->hdr.flags & AMR_LEAF_FLAG_NULLS) != 0) != nulls)
-		{
-			LWLockRelease(amr_leaf_lock(id));
-			corrupted(index, "the header of leaf %u (slot %u: magic 0x%08x, leaf %u, tree %u, version %u, %llu entries) does not match its Leaf Table entry (tree %u, version %u)",
-					  id, AMR_WORD_SLOT(word), leaf->hdr.magic, leaf->hdr.leaf_id,
+			corrupted(index, "the header of leaf %u (%s slot %u: magic 0x%08x, leaf %u, tree %u, version %u, %llu entries) does not match its Leaf Table entry (tree %u, version %u)",
+					  id, AMR_WORD_TIER(word) == AMR_TIER_SSD ? "SSD" : "PMEM",
+					  AMR_WORD_SLOT(word), leaf->hdr.magic, leaf->hdr.leaf_id,
 					  leaf->hdr.tree_no, leaf->hdr.version,
 					  (unsigned long long) leaf->hdr.nentries, t->tree_no,
 					  AMR_WORD_VERSION(word));
-		}
 		for (i = 0; i < leaf->hdr.nentries; i++)
 		{
 			const AmrLeafEntry *en = &leaf->entries[i];
@@ -213,25 +289,37 @@ check_leaves(Relation index, AmrTree *t)
 			if (en->flags & AMR_ENTRY_FLAG_DEAD)
 				continue;
 			if (isnull != nulls)
-			{
-				LWLockRelease(amr_leaf_lock(id));
 				corrupted(index, "entry %llu of leaf %u is %s but the leaf holds %s keys",
 						  (unsigned long long) i, id, isnull ? "NULL" : "a box",
 						  nulls ? "NULL" : "box");
-			}
 			if (!isnull)
 			{
 				AmrFBox		b = amr_fbox_from_box(&en->key);
 
 				if (amr_box_has_nan(&en->key) || !amr_fbox_covers(&mbr, &b))
-				{
-					LWLockRelease(amr_leaf_lock(id));
 					corrupted(index, "entry %llu of leaf %u is not covered by the leaf's Leaf Table box",
 							  (unsigned long long) i, id);
-				}
 			}
 		}
-		entries += amr_leaf_live_entries(leaf);
+		live = amr_leaf_live_entries(leaf);
+		if (AMR_WORD_TIER(word) == AMR_TIER_SSD && live != e->entries)
+			corrupted(index, "SSD leaf %u holds %llu entries, its Leaf Table entry says %u",
+					  id, (unsigned long long) live, e->entries);
+		entries += live;
+
+		/* a DRAM copy (rule R6) must be the persistent image */
+		LWLockAcquire(amr_leaf_lock(id), LW_SHARED);
+		if (s->leaves[id].cache_slot >= 0 && amr_lt_word(s, id) == word)
+		{
+			const AmrLeaf *c = &amr_leaf_cache[s->leaves[id].cache_slot];
+
+			if (c->hdr.nentries != leaf->hdr.nentries ||
+				memcmp(c->entries, leaf->entries, leaf->hdr.nentries * sizeof(AmrLeafEntry)) != 0)
+			{
+				LWLockRelease(amr_leaf_lock(id));
+				corrupted(index, "the DRAM copy of leaf %u differs from its persistent image", id);
+			}
+		}
 		LWLockRelease(amr_leaf_lock(id));
 	}
 	if (entries != __atomic_load_n(&t->nentries, __ATOMIC_RELAXED))
@@ -251,9 +339,11 @@ amrtree_check(PG_FUNCTION_ARGS)
 	const char *problem;
 
 	/* ShareUpdateExclusiveLock keeps VACUUM out; inserts wait on the tree */
-	index = open_amrtree_index(indexoid, ShareUpdateExclusiveLock);
+	index = amr_open_index_for_inspection(indexoid, ShareUpdateExclusiveLock);
 	t = amr_tree_open(index);
 
+	/* no migrations of this tree while we look at it */
+	amr_tier_lock(t);
 	check_allocators(index);
 
 	seen = palloc_extended((Size) amr_store.lt_capacity + 1, MCXT_ALLOC_HUGE);
@@ -266,6 +356,7 @@ amrtree_check(PG_FUNCTION_ARGS)
 	}
 	check_leaves(index, t);
 	LWLockRelease(amr_tree_lock(t));
+	amr_tier_unlock();
 
 	pfree(seen);
 	index_close(index, NoLock);
@@ -288,7 +379,7 @@ amrtree_index_stats(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 
-	index = open_amrtree_index(indexoid, AccessShareLock);
+	index = amr_open_index_for_inspection(indexoid, AccessShareLock);
 	t = amr_tree_open(index);
 
 	for (id = 0; id < amr_store.lt_capacity; id++)
@@ -368,18 +459,18 @@ amrtree_leaf_entries(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Relation	index;
 	AmrTree    *t;
+	AmrLeaf    *buf;
 	uint32		id;
 
 	InitMaterializedSRF(fcinfo, 0);
-	index = open_amrtree_index(indexoid, AccessShareLock);
+	index = amr_open_index_for_inspection(indexoid, AccessShareLock);
 	t = amr_tree_open(index);
+	buf = amr_alloc_leaf_buffer();
 
 	for (id = 0; id < amr_store.lt_capacity; id++)
 	{
 		const AmrLeafTableEntry *e = &amr_store.lt[id];
 		uint64		word = amr_lt_word(&amr_store, id);
-		AmrLeaf    *leaf;
-		PGAlignedBlock copy;
 		uint64		i,
 					n;
 
@@ -388,15 +479,13 @@ amrtree_leaf_entries(PG_FUNCTION_ARGS)
 		if (AMR_WORD_TIER(word) == AMR_TIER_NONE || e->tree_no != t->tree_no ||
 			e->tree_generation != t->generation)
 			continue;
-		LWLockAcquire(amr_leaf_lock(id), LW_SHARED);
-		leaf = amr_leaf_resolve(index, t, id, &word);
-		n = leaf->hdr.nentries;
-		memcpy(copy.data, leaf, offsetof(AmrLeaf, entries) + n * sizeof(AmrLeafEntry));
-		LWLockRelease(amr_leaf_lock(id));
+		if (amr_leaf_copy(index, t, id, buf, NULL, NULL) == 0)
+			continue;
+		n = buf->hdr.nentries;
 
 		for (i = 0; i < n; i++)
 		{
-			const AmrLeafEntry *en = &((AmrLeaf *) copy.data)->entries[i];
+			const AmrLeafEntry *en = &buf->entries[i];
 			Datum		values[6];
 			bool		nulls[6] = {0};
 			ItemPointer tid = palloc(sizeof(ItemPointerData));

@@ -1,22 +1,31 @@
 /*-------------------------------------------------------------------------
  *
  * amr_insert.c
- *		aminsert: append to a leaf in place, or split it out of place.
+ *		aminsert: append in place, or publish new images out of place.
  *
- * The common case runs under the tree lock in shared mode: descend the DRAM
- * inner nodes, lock the chosen leaf exclusively, widen the boxes on the path
- * (atomically, so concurrent readers only ever see them grow) and append the
- * entry with the failure-atomic append of amr_leaf.c.  The entry is durable
- * when aminsert returns (DESIGN 5).
+ * Fast path (most inserts): under the tree lock in shared mode, descend the
+ * DRAM inner nodes, lock the chosen leaf exclusively and, if it is on PMEM
+ * and has room, widen the boxes on the path (atomically, so concurrent
+ * readers only ever see them grow) and append with the failure-atomic
+ * append of amr_leaf.c.  The entry is durable when aminsert returns.
  *
- * A full leaf is split under the tree lock in exclusive mode: both halves are
- * written to fresh slots, the new leaf is published in the Leaf Table with
- * "split from (leaf, version)", and switching the old leaf's word to its new
- * image is the commit point; recovery discards a new half whose origin never
- * switched.  Everything that can fail (leaf ids, slots, DRAM nodes) is
- * reserved before the first persistent change, and the publication runs in a
- * critical section, so an error can never leave the DRAM tree and the Leaf
- * Table disagreeing.
+ * Every other case writes new leaf images out of place: a full leaf splits,
+ * an SSD leaf (whose images are immutable) is rewritten with the entry, an
+ * empty side of the tree gets its first leaf.  Those run optimistically, so
+ * that no lock is held during I/O:
+ *
+ *	1. look: choose the leaf and copy its image (amr_leaf_copy);
+ *	2. reserve a leaf id, slots on the tiers the budget allows, and the
+ *	   inner nodes a split will consume;
+ *	3. build the new images and make them durable (PMEM copy, or SSD write
+ *	   and sync) with no tree or leaf lock held;
+ *	4. lock, and check that the descent still chooses that leaf and that its
+ *	   image is unchanged (the word, and for PMEM the bytes); then commit in
+ *	   a critical section: switching the Leaf Table word is the commit point.
+ *	   If anything changed, the images are discarded and we start over.
+ *
+ * Everything that can fail is reserved before the first persistent change,
+ * so an error never leaves the DRAM tree and the Leaf Table disagreeing.
  *
  *-------------------------------------------------------------------------
  */
@@ -24,9 +33,11 @@
 
 #include "miscadmin.h"
 #include "storage/itemptr.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 
-/* Fast path; returns false if the tree has no leaf or the leaf is full. */
+/* Fast path; returns false if the tree side is empty or the leaf is not a
+ * PMEM leaf with room. */
 static bool
 try_append(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 		   const AmrFBox *box)
@@ -40,28 +51,248 @@ try_append(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 	leaf_id = amr_choose_leaf(s, t, nulls, box, &path);
 	if (leaf_id != AMR_INVALID_LEAF)
 	{
-		AmrLeaf    *leaf;
 		uint64		word;
 		int			dead = -1;
 
 		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
-		leaf = amr_leaf_resolve(index, t, leaf_id, &word);
-		if (leaf->hdr.nentries < AMR_LEAF_CAPACITY ||
-			(dead = amr_leaf_find_dead(leaf)) >= 0)
+		word = amr_lt_word(s, leaf_id);
+		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 		{
-			if (!nulls)
-				amr_path_enlarge(s, &path, box);
-			if (dead < 0)
-				amr_leaf_append_pmem(s, leaf_id, leaf, e, box);
-			else
-				amr_leaf_reuse_dead_pmem(s, leaf_id, leaf, dead, e, box);
-			s->leaves[leaf_id].updates++;
-			__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
-			done = true;
+			AmrLeaf    *leaf = amr_leaf_resolve(index, t, leaf_id, &word);
+
+			if (leaf->hdr.nentries < AMR_LEAF_CAPACITY ||
+				(dead = amr_leaf_find_dead(leaf)) >= 0)
+			{
+				if (!nulls)
+					amr_path_enlarge(s, &path, box);
+				if (dead < 0)
+					amr_leaf_append_pmem(s, leaf_id, leaf, e, box);
+				else
+					amr_leaf_reuse_dead_pmem(s, leaf_id, leaf, dead, e, box);
+				amr_cache_refresh(leaf_id, leaf);
+				amr_leaf_access(leaf_id, true);
+				__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
+				done = true;
+			}
 		}
 		LWLockRelease(amr_leaf_lock(leaf_id));
 	}
 	LWLockRelease(amr_tree_lock(t));
+	return done;
+}
+
+/*
+ * Reserve, falling back to the other tier when the chosen one is full, and
+ * raising the error (with its hint) when both are.  Caller holds the publish
+ * lock in shared mode.
+ */
+static void
+reserve_with_fallback(Relation index, int need, uint32 tier_left,
+					  uint32 tier_right, AmrReservation *r)
+{
+	AmrStore   *s = &amr_store;
+	AmrStatus	st = amr_reserve(s, need, tier_left, tier_right, r);
+
+	if ((st == AMR_ERR_PMEM_FULL && s->ssd_used != NULL) || st == AMR_ERR_SSD_FULL)
+	{
+		uint32		other = st == AMR_ERR_PMEM_FULL ? AMR_TIER_SSD : AMR_TIER_PMEM;
+		AmrStatus	st2 = amr_reserve(s, need, other,
+									  tier_right == AMR_TIER_NONE ? AMR_TIER_NONE : other, r);
+
+		if (st2 == AMR_OK)
+			return;
+		/* both full: report the tier we wanted */
+	}
+	if (st != AMR_OK)
+		amr_report_status(st, index);
+}
+
+/* Is the PMEM image of a leaf still what we copied? (leaf held) */
+static bool
+pmem_image_unchanged(const AmrLeaf *now, const AmrLeaf *snap)
+{
+	return now->hdr.nentries == snap->hdr.nentries &&
+		memcmp(now->entries, snap->entries,
+			   snap->hdr.nentries * sizeof(AmrLeafEntry)) == 0;
+}
+
+static bool
+add_first_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
+			   const AmrFBox *box, AmrLeaf *img)
+{
+	AmrStore   *s = &amr_store;
+	AmrReservation r;
+	AmrPath		path;
+	bool		done = false;
+
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	reserve_with_fallback(index, 0, amr_new_image_tier(t, 1, 1), AMR_TIER_NONE, &r);
+	PG_TRY();
+	{
+		amr_first_leaf_prepare(s, t, e, nulls, &r, img);
+		amr_tier_write(index, r.tier_left, r.slot_left, img);
+		LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+		if (amr_choose_leaf(s, t, nulls, box, &path) == AMR_INVALID_LEAF)
+		{
+			START_CRIT_SECTION();
+			amr_first_leaf_commit(s, t, e, nulls, &r);
+			__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
+			END_CRIT_SECTION();
+			done = true;
+		}
+		LWLockRelease(amr_tree_lock(t));
+	}
+	PG_CATCH();
+	{
+		amr_release_reservation(s, &r);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	amr_release_reservation(s, &r);
+	LWLockRelease(&amr_shared->publish_lock);
+	return done;
+}
+
+/*
+ * An SSD leaf with room: write a new image with the entry (and without dead
+ * entries) and switch to it.  The new image goes to PMEM if the budget
+ * allows (an update-heavy leaf belongs there, rule R3), else to SSD.
+ */
+static bool
+rewrite_with_entry(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
+				   const AmrFBox *box, uint32 leaf_id, uint64 word,
+				   const AmrLeaf *snap, AmrLeaf *img)
+{
+	AmrStore   *s = &amr_store;
+	AmrReservation r;
+	AmrPath		path;
+	AmrFBox		mbr;
+	uint64		i;
+	bool		done = false;
+
+	amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation,
+						AMR_WORD_VERSION(word) + 1, nulls);
+	for (i = 0; i < snap->hdr.nentries; i++)
+		if (!(snap->entries[i].flags & AMR_ENTRY_FLAG_DEAD))
+			img->entries[img->hdr.nentries++] = snap->entries[i];
+	img->entries[img->hdr.nentries++] = *e;
+	mbr = nulls ? amr_fbox_empty() : amr_leaf_image_mbr(img);
+
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	reserve_with_fallback(index, 0, amr_new_image_tier(t, 1, 0), AMR_TIER_NONE, &r);
+	/* no leaf id is needed: give it back */
+	amr_bitmap_clear(s->leaf_ids_used, r.new_leaf);
+	r.new_leaf = AMR_INVALID_LEAF;
+	PG_TRY();
+	{
+		amr_tier_write(index, r.tier_left, r.slot_left, img);
+		LWLockAcquire(amr_tree_lock(t), LW_SHARED);
+		if (amr_choose_leaf(s, t, nulls, box, &path) == leaf_id)
+		{
+			LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+			if (amr_lt_word(s, leaf_id) == word)
+			{
+				uint64		old;
+
+				if (!nulls)
+					amr_path_enlarge(s, &path, box);
+				START_CRIT_SECTION();
+				old = amr_lt_switch(s, leaf_id, r.tier_left, r.slot_left, &mbr,
+									(uint32) img->hdr.nentries);
+				amr_free_word_slot(s, old);
+				r.slot_left = AMR_INVALID_SLOT;
+				__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
+				END_CRIT_SECTION();
+				amr_cache_refresh(leaf_id, img);
+				amr_leaf_access(leaf_id, true);
+				if (r.tier_left == AMR_TIER_PMEM && AMR_WORD_TIER(old) == AMR_TIER_SSD)
+					__atomic_add_fetch(&t->write_promotions, 1, __ATOMIC_RELAXED);
+				done = true;
+			}
+			LWLockRelease(amr_leaf_lock(leaf_id));
+		}
+		LWLockRelease(amr_tree_lock(t));
+	}
+	PG_CATCH();
+	{
+		amr_release_reservation(s, &r);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	amr_release_reservation(s, &r);
+	LWLockRelease(&amr_shared->publish_lock);
+	return done;
+}
+
+/* A full leaf: split it, optimistically.  *need carries the inner nodes
+ * learnt to be needed from one attempt to the next. */
+static bool
+split_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
+		   const AmrFBox *box, uint32 leaf_id, uint64 word, const AmrLeaf *snap,
+		   int *need, AmrLeaf *left, AmrLeaf *right)
+{
+	AmrStore   *s = &amr_store;
+	AmrReservation r;
+	AmrPath		path;
+	AmrFBox		lbox,
+				rbox;
+	uint32		tier_right = amr_new_image_tier(t, 1, 1);
+	uint32		tier_left;
+	bool		done = false;
+
+	/* a PMEM leaf keeps its tier; an SSD leaf comes to PMEM if there is room */
+	if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+		tier_left = AMR_TIER_PMEM;
+	else
+		tier_left = amr_new_image_tier(t, tier_right == AMR_TIER_PMEM ? 2 : 1, 1);
+
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	reserve_with_fallback(index, *need, tier_left, tier_right, &r);
+	PG_TRY();
+	{
+		amr_split_prepare(s, t, leaf_id, snap, word, e, nulls, &r, left, right,
+						  &lbox, &rbox);
+		amr_tier_write(index, r.tier_right, r.slot_right, right);
+		amr_tier_write(index, r.tier_left, r.slot_left, left);
+
+		LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+		if (amr_choose_leaf(s, t, nulls, box, &path) == leaf_id)
+		{
+			int			needed = amr_path_nodes_needed(s, &path);
+
+			if (needed > r.nnodes)
+				*need = needed; /* inner nodes split too: reserve, retry */
+			else
+			{
+				LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+				if (amr_lt_word(s, leaf_id) == word &&
+					(AMR_WORD_TIER(word) != AMR_TIER_PMEM ||
+					 pmem_image_unchanged(amr_pmem_slot(s, AMR_WORD_SLOT(word)), snap)))
+				{
+					if (!nulls)
+						amr_path_enlarge(s, &path, box);
+					START_CRIT_SECTION();
+					amr_split_commit(s, t, leaf_id, word, &path, nulls, &r, left, right,
+									 &lbox, &rbox);
+					__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
+					END_CRIT_SECTION();
+					amr_cache_refresh(leaf_id, left);
+					amr_leaf_access(leaf_id, true);
+					done = true;
+				}
+				LWLockRelease(amr_leaf_lock(leaf_id));
+			}
+		}
+		LWLockRelease(amr_tree_lock(t));
+	}
+	PG_CATCH();
+	{
+		amr_release_reservation(s, &r);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	amr_release_reservation(s, &r);
+	LWLockRelease(&amr_shared->publish_lock);
 	return done;
 }
 
@@ -70,88 +301,54 @@ insert_slow(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 			const AmrFBox *box)
 {
 	AmrStore   *s = &amr_store;
-	AmrReservation r;
-	PGAlignedBlock left;
-	PGAlignedBlock right;
-
-	int			need = 0;		/* inner nodes to reserve; learnt under the lock */
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "amrtree insert",
+											  ALLOCSET_SMALL_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	AmrLeaf    *snap = amr_alloc_leaf_buffer();
+	AmrLeaf    *left = amr_alloc_leaf_buffer();
+	AmrLeaf    *right = amr_alloc_leaf_buffer();
+	int			need = 0;
 
 	for (;;)
 	{
 		AmrPath		path;
 		uint32		leaf_id;
-		bool		retry = false;
-		AmrStatus	st;
+		uint64		word;
 
-		/*
-		 * Reserve first, under the publish lock (amrtree_check waits out
-		 * reservations not yet published).  An ERROR releases the LWLocks;
-		 * the reservation is ours to undo.
-		 */
-		LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-		st = amr_reserve(s, need, &r);
-		if (st != AMR_OK)
-			amr_report_status(st, index);
-		PG_TRY();
-		{
-			LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
-			leaf_id = amr_choose_leaf(s, t, nulls, box, &path);
-			if (leaf_id == AMR_INVALID_LEAF)
-			{
-				START_CRIT_SECTION();
-				amr_publish_first_leaf(s, t, e, nulls, &r);
-				__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
-				END_CRIT_SECTION();
-			}
-			else
-			{
-				AmrLeaf    *leaf;
-				uint64		word;
+		CHECK_FOR_INTERRUPTS();
+		LWLockAcquire(amr_tree_lock(t), LW_SHARED);
+		leaf_id = amr_choose_leaf(s, t, nulls, box, &path);
+		LWLockRelease(amr_tree_lock(t));
 
-				LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
-				leaf = amr_leaf_resolve(index, t, leaf_id, &word);
-				if (!nulls)
-					amr_path_enlarge(s, &path, box);
-				/* someone else may have split it while we waited */
-				if (leaf->hdr.nentries < AMR_LEAF_CAPACITY)
-					amr_leaf_append_pmem(s, leaf_id, leaf, e, box);
-				else if (amr_leaf_find_dead(leaf) >= 0)
-					amr_leaf_reuse_dead_pmem(s, leaf_id, leaf,
-											 amr_leaf_find_dead(leaf), e, box);
-				else if (amr_path_nodes_needed(s, &path) > r.nnodes)
-				{
-					/* inner nodes will split too: reserve them and retry */
-					need = amr_path_nodes_needed(s, &path);
-					retry = true;
-				}
-				else
-				{
-					START_CRIT_SECTION();
-					amr_publish_split(s, t, leaf_id, leaf, word, &path, e,
-									  nulls, &r, (AmrLeaf *) left.data,
-									  (AmrLeaf *) right.data);
-					END_CRIT_SECTION();
-				}
-				if (!retry)
-				{
-					s->leaves[leaf_id].updates++;
-					__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
-				}
-				LWLockRelease(amr_leaf_lock(leaf_id));
-			}
-			LWLockRelease(amr_tree_lock(t));
-		}
-		PG_CATCH();
+		if (leaf_id == AMR_INVALID_LEAF)
 		{
-			amr_release_reservation(s, &r);
-			PG_RE_THROW();
+			if (add_first_leaf(index, t, e, nulls, box, left))
+				break;
+			continue;
 		}
-		PG_END_TRY();
-		amr_release_reservation(s, &r);
-		LWLockRelease(&amr_shared->publish_lock);
-		if (!retry)
-			return;
+		word = amr_leaf_copy(index, t, leaf_id, snap, NULL, NULL);
+		if (word == 0)
+			continue;
+		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM &&
+			(snap->hdr.nentries < AMR_LEAF_CAPACITY || amr_leaf_find_dead(snap) >= 0))
+		{
+			/* room appeared (someone split it): the fast path will do */
+			if (try_append(index, t, e, nulls, box))
+				break;
+			continue;
+		}
+		if (AMR_WORD_TIER(word) == AMR_TIER_SSD &&
+			amr_leaf_live_entries(snap) < AMR_LEAF_CAPACITY)
+		{
+			if (rewrite_with_entry(index, t, e, nulls, box, leaf_id, word, snap, left))
+				break;
+			continue;
+		}
+		if (split_leaf(index, t, e, nulls, box, leaf_id, word, snap, &need, left, right))
+			break;
 	}
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
 }
 
 void

@@ -19,6 +19,15 @@
 #include "storage/latch.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/wait_event.h"
+
+const char *
+amr_index_name(Relation index, const AmrTree *t)
+{
+	if (index != NULL)
+		return RelationGetRelationName(index);
+	return psprintf("(tree %u)", t ? t->tree_no : 0);
+}
 
 void
 amr_report_status(AmrStatus st, Relation index)
@@ -48,7 +57,10 @@ amr_report_status(AmrStatus st, Relation index)
 		case AMR_ERR_SSD_FULL:
 			ereport(ERROR,
 					(errcode(ERRCODE_DISK_FULL),
-					 errmsg("amrtree SSD slot file is full (index \"%s\")", name)));
+					 errmsg("amrtree SSD slot file is full (index \"%s\")", name),
+					 errdetail("All %u slots of the SSD tier and all %u of the PMEM pool are in use.",
+							   amr_store.ssd_nslots, amr_store.pmem_nslots),
+					 errhint("Raise amrtree.ssd_size (or amrtree.pmem_size) and restart the server.")));
 			break;
 		case AMR_ERR_LEAF_IDS_FULL:
 			ereport(ERROR,
@@ -86,10 +98,10 @@ amr_alloc_pmem_slot(Relation index)
 }
 
 /*
- * Resolve a leaf id to its current image.  Caller holds the leaf lock (any
- * mode), which keeps the word and the image stable.  The image is checked
- * before anyone reads entries from it, so a damaged leaf raises an ERROR
- * instead of returning garbage.
+ * Resolve a leaf id to its PMEM image, for paths that modify PMEM leaves in
+ * place.  Caller holds the leaf lock and knows the leaf is on PMEM.  The
+ * image is checked before anyone reads entries from it, so a damaged leaf
+ * raises an ERROR instead of returning garbage.
  */
 AmrLeaf *
 amr_leaf_resolve(Relation index, AmrTree *t, uint32 leaf_id, uint64 *word_out)
@@ -103,40 +115,290 @@ amr_leaf_resolve(Relation index, AmrTree *t, uint32 leaf_id, uint64 *word_out)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("leaf %u of amrtree index \"%s\" has an invalid Leaf Table word %016llx",
-						leaf_id, RelationGetRelationName(index),
+						leaf_id, amr_index_name(index, t),
 						(unsigned long long) word)));
 	leaf = amr_pmem_slot(&amr_store, AMR_WORD_SLOT(word));
-	if (leaf->hdr.magic != AMR_LEAF_MAGIC || leaf->hdr.leaf_id != leaf_id ||
-		leaf->hdr.tree_no != t->tree_no ||
-		leaf->hdr.nentries > AMR_LEAF_CAPACITY)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("leaf %u of amrtree index \"%s\" is damaged",
-						leaf_id, RelationGetRelationName(index)),
-				 errdetail("PMEM slot %u holds magic 0x%08x, leaf id %u, tree %u, %llu entries.",
-						   AMR_WORD_SLOT(word), leaf->hdr.magic, leaf->hdr.leaf_id,
-						   leaf->hdr.tree_no, (unsigned long long) leaf->hdr.nentries),
-				 errhint("REINDEX the index.")));
+	amr_leaf_validate(index, t, leaf_id, word, leaf, false);
 	return leaf;
 }
 
+void
+amr_leaf_validate(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
+				  const AmrLeaf *img, bool from_ssd)
+{
+	if (img->hdr.magic != AMR_LEAF_MAGIC || img->hdr.leaf_id != leaf_id ||
+		img->hdr.tree_no != t->tree_no || img->hdr.nentries > AMR_LEAF_CAPACITY ||
+		(from_ssd && img->hdr.version != AMR_WORD_VERSION(word)))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("leaf %u of amrtree index \"%s\" is damaged",
+						leaf_id, amr_index_name(index, t)),
+				 errdetail("%s slot %u holds magic 0x%08x, leaf id %u, tree %u, version %u, %llu entries.",
+						   from_ssd ? "SSD" : "PMEM", AMR_WORD_SLOT(word), img->hdr.magic,
+						   img->hdr.leaf_id, img->hdr.tree_no, img->hdr.version,
+						   (unsigned long long) img->hdr.nentries),
+				 errhint("REINDEX the index.")));
+	if (from_ssd && !amr_leaf_image_checksum_ok(img))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("checksum mismatch in leaf %u of amrtree index \"%s\"",
+						leaf_id, amr_index_name(index, t)),
+				 errdetail("SSD slot %u of \"%s\" does not hold the image that was written there.",
+						   AMR_WORD_SLOT(word), amr_ssd_path),
+				 errhint("The SSD slot file is damaged: REINDEX the index.")));
+}
+
+/* ---- SSD I/O ---- */
+
+static void
+ssd_io_error(Relation index, const char *what, uint32 slot, int rc)
+{
+	errno = -rc;
+	ereport(ERROR,
+			(errcode_for_file_access(),
+			 errmsg("could not %s SSD slot %u of \"%s\"%s%s%s: %m", what, slot,
+					amr_ssd_path, index ? " (index \"" : "",
+					index ? RelationGetRelationName(index) : "", index ? "\")" : "")));
+}
+
+void
+amr_ssd_read_images(Relation index, const uint32 *slots, AmrLeaf **bufs, int n)
+{
+	int			rc;
+
+	if (n == 0)
+		return;
+	amr_ssd_io.method = (AmrIoMethod) amr_io_method_setting;
+	pgstat_report_wait_start(WAIT_EVENT_DATA_FILE_READ);
+	rc = amr_ssd_read_slots(&amr_ssd_io, slots, (void *const *) bufs, n);
+	pgstat_report_wait_end();
+	if (rc < 0)
+		ssd_io_error(index, "read", slots[0], rc);
+}
+
+/* Write a prepared image to a reserved slot and make it durable. */
+void
+amr_tier_write(Relation index, uint32 tier, uint32 slot, AmrLeaf *img)
+{
+	amr_tier_write_ext(index, tier, slot, img, true);
+}
+
 /*
- * Hotness, paper 3.5: h = h * exp(-lambda * dt) + 1.  Volatile, racy by
- * design (a lost update only blurs a heuristic; 8-byte aligned doubles are
- * never torn on the platforms we support).
+ * As amr_tier_write; without "sync" an SSD image is not yet durable: call
+ * amr_ssd_flush() before publishing it (used to batch a build's writes).
  */
 void
-amr_leaf_access(uint32 leaf_id)
+amr_tier_write_ext(Relation index, uint32 tier, uint32 slot, AmrLeaf *img, bool sync)
+{
+	int			rc;
+
+	if (tier == AMR_TIER_PMEM)
+	{
+		img->hdr.flags &= ~AMR_LEAF_FLAG_CHECKSUM;
+		amr_pmem_write_image(&amr_store, slot, img);
+		return;
+	}
+	Assert(((uintptr_t) img % AMR_SLOT_SIZE) == 0);
+	/* bytes past the entries are written too: keep them deterministic */
+	memset((char *) img + amr_leaf_image_bytes(img), 0,
+		   AMR_SLOT_SIZE - amr_leaf_image_bytes(img));
+	amr_leaf_image_set_checksum(img);
+	amr_ssd_io.method = (AmrIoMethod) amr_io_method_setting;
+	pgstat_report_wait_start(WAIT_EVENT_DATA_FILE_WRITE);
+	rc = amr_ssd_write_slot(&amr_ssd_io, slot, img, sync);
+	pgstat_report_wait_end();
+	if (rc < 0)
+		ssd_io_error(index, "write", slot, rc);
+}
+
+void
+amr_ssd_flush(Relation index)
+{
+	int			rc;
+
+	pgstat_report_wait_start(WAIT_EVENT_DATA_FILE_SYNC);
+	rc = amr_ssd_sync(&amr_ssd_io);
+	pgstat_report_wait_end();
+	if (rc < 0)
+	{
+		errno = -rc;
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not fsync \"%s\": %m", amr_ssd_path)));
+	}
+}
+
+/* A 4 KiB-aligned leaf buffer (O_DIRECT), in the current memory context. */
+AmrLeaf *
+amr_alloc_leaf_buffer(void)
+{
+	char	   *p = palloc(2 * AMR_SLOT_SIZE);
+
+	return (AmrLeaf *) TYPEALIGN(AMR_SLOT_SIZE, p);
+}
+
+/*
+ * Copy the current image of a leaf into buf (4 KiB aligned), from whichever
+ * tier it is on (paper Algorithm 1).  Returns its Leaf Table word, or 0 when
+ * the leaf no longer belongs to the tree.  If nsn/rightlink are given, they
+ * receive the leaf's split links, read under the same lock as the word.
+ *
+ * PMEM images and DRAM copies are copied under the leaf lock in shared
+ * mode.  SSD images are read without any lock held: they are immutable
+ * while the word references them, so a word unchanged after the read proves
+ * the copy good (versions only grow: no ABA); otherwise the leaf moved and
+ * we read again.  Callers must not hold the leaf lock.
+ */
+uint64
+amr_leaf_copy(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *buf,
+			  uint64 *nsn, uint32 *rightlink)
+{
+	AmrStore   *s = &amr_store;
+	const AmrLeafTableEntry *e = &s->lt[leaf_id];
+	AmrLeafVolatile *v = &s->leaves[leaf_id];
+
+	for (;;)
+	{
+		uint64		word;
+		uint32		slot;
+
+		LWLockAcquire(amr_leaf_lock(leaf_id), LW_SHARED);
+		word = amr_lt_word(s, leaf_id);
+		if (AMR_WORD_TIER(word) == AMR_TIER_NONE ||
+			e->tree_no != t->tree_no || e->tree_generation != t->generation)
+		{
+			LWLockRelease(amr_leaf_lock(leaf_id));
+			return 0;
+		}
+		if (nsn)
+			*nsn = v->nsn;
+		if (rightlink)
+			*rightlink = v->rightlink;
+		if (v->cache_slot >= 0)
+		{
+			const AmrLeaf *c = &amr_leaf_cache[v->cache_slot];
+
+			memcpy(buf, c, amr_leaf_image_bytes(c));
+			LWLockRelease(amr_leaf_lock(leaf_id));
+			return word;
+		}
+		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+		{
+			AmrLeaf    *leaf = amr_leaf_resolve(index, t, leaf_id, &word);
+
+			memcpy(buf, leaf, amr_leaf_image_bytes(leaf));
+			LWLockRelease(amr_leaf_lock(leaf_id));
+			return word;
+		}
+		LWLockRelease(amr_leaf_lock(leaf_id));
+
+		slot = AMR_WORD_SLOT(word);
+		if (slot >= s->ssd_nslots)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("leaf %u of amrtree index \"%s\" has an invalid Leaf Table word %016llx",
+							leaf_id, amr_index_name(index, t), (unsigned long long) word)));
+		amr_ssd_read_images(index, &slot, &buf, 1);
+		if (amr_lt_word(s, leaf_id) != word)
+			continue;			/* moved or rewritten while we read: again */
+		amr_leaf_validate(index, t, leaf_id, word, buf, true);
+		return word;
+	}
+}
+
+/* ---- placement of new images ---- */
+
+uint64
+amr_budget_leaves(const AmrTree *t, uint64 extra_leaves)
+{
+	uint64		leaves = __atomic_load_n(&t->nleaves, __ATOMIC_RELAXED) + extra_leaves;
+
+	if (!t->tiering || amr_store.ssd_used == NULL)
+		return UINT64_MAX;
+	switch ((AmrBudgetKind) t->budget_kind)
+	{
+		case AMR_BUDGET_FRACTION:
+			return (uint64) floor(t->budget_value * (double) leaves + 1e-9);
+		case AMR_BUDGET_BYTES:
+			return (uint64) (t->budget_value / AMR_SLOT_SIZE);
+		default:
+			return UINT64_MAX;
+	}
+}
+
+/*
+ * Tier for new images that add "new_pmem" leaves to PMEM if put there: PMEM
+ * while the index is within its budget, SSD once it is not, so that a small
+ * budget is not overshot between two scans of the tier manager (the paper's
+ * 20% case reached 125%).  Without tiering, or without an SSD tier, PMEM.
+ */
+uint32
+amr_new_image_tier(const AmrTree *t, int new_pmem, int new_leaves)
+{
+	uint64		budget = amr_budget_leaves(t, (uint64) new_leaves);
+
+	if (budget == UINT64_MAX)
+		return AMR_TIER_PMEM;
+	return __atomic_load_n(&t->pmem_leaves, __ATOMIC_RELAXED) + (uint64) new_pmem <= budget
+		? AMR_TIER_PMEM : AMR_TIER_SSD;
+}
+
+/* ---- DRAM copies (rule R6) ---- */
+
+/* Caller holds the leaf exclusively; image is its current image. */
+bool
+amr_cache_pin(AmrTree *t, uint32 leaf_id, const AmrLeaf *image)
 {
 	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
-	instr_time	now;
-	double		t;
+	int64		c;
 
-	INSTR_TIME_SET_CURRENT(now);
-	t = INSTR_TIME_GET_DOUBLE(now);
-	v->hotness = v->hotness * exp(-0.1 * (t - v->last_access)) + 1.0;
-	v->last_access = t;
-	v->accesses++;
+	if (v->cache_slot >= 0 || amr_leaf_cache_n == 0)
+		return v->cache_slot >= 0;
+	c = amr_bitmap_alloc(amr_leaf_cache_used);
+	if (c < 0)
+		return false;
+	memcpy(&amr_leaf_cache[c], image, amr_leaf_image_bytes(image));
+	v->cache_slot = (int32) c;
+	__atomic_add_fetch(&t->dram_leaves, 1, __ATOMIC_RELAXED);
+	return true;
+}
+
+void
+amr_cache_unpin(AmrTree *t, uint32 leaf_id)
+{
+	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
+
+	if (v->cache_slot < 0)
+		return;
+	amr_bitmap_clear(amr_leaf_cache_used, (uint64) v->cache_slot);
+	v->cache_slot = -1;
+	__atomic_sub_fetch(&t->dram_leaves, 1, __ATOMIC_RELAXED);
+}
+
+/* Write-through: after any change of a pinned leaf's image (leaf held exclusively). */
+void
+amr_cache_refresh(uint32 leaf_id, const AmrLeaf *image)
+{
+	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
+
+	if (v->cache_slot >= 0)
+		memcpy(&amr_leaf_cache[v->cache_slot], image, amr_leaf_image_bytes(image));
+}
+
+/*
+ * Count an access for the hotness score (paper 3.5, Algorithm 2).  One
+ * relaxed atomic increment; the tier manager folds the counts into the
+ * decayed score at its next scan (see core/amr_policy.h).
+ */
+void
+amr_leaf_access(uint32 leaf_id, bool write)
+{
+	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
+
+	if (write)
+		__atomic_add_fetch(&v->writes_pending, 1, __ATOMIC_RELAXED);
+	else
+		__atomic_add_fetch(&v->reads_pending, 1, __ATOMIC_RELAXED);
 }
 
 /* ---- pins ---- */

@@ -83,11 +83,13 @@ amr_reconcile(void)
 
 	/* start from nothing: this may be a retry after an ERROR */
 	amr_bitmap_init(s->pmem_used, s->pmem_nslots);
+	if (s->ssd_used)
+		amr_bitmap_init(s->ssd_used, s->ssd_nslots);
 	amr_bitmap_init(s->leaf_ids_used, cap);
 	amr_bitmap_init(s->nodes_used, s->nnodes);
-	memset(s->leaves, 0, sizeof(AmrLeafVolatile) * (Size) cap);
+	amr_bitmap_init(amr_leaf_cache_used, amr_leaf_cache_n);
 	for (id = 0; id < cap; id++)
-		s->leaves[id].rightlink = AMR_INVALID_LEAF;
+		amr_leaf_volatile_reset(&s->leaves[id]);
 
 	/* 1. tree records */
 	for (tn = 0; tn < AMR_MAX_TREES; tn++)
@@ -100,6 +102,9 @@ amr_reconcile(void)
 		t->root = AMR_INVALID_NODE;
 		t->null_root = AMR_INVALID_NODE;
 		t->generation = rec->generation;
+		t->budget_kind = rec->budget_kind;
+		t->budget_value = rec->budget_value;
+		t->tiering = !rec->tiering_off;
 
 		if (rec->state == AMR_TREE_BUILDING)
 		{
@@ -148,19 +153,27 @@ amr_reconcile(void)
 			keep[id] = 0;
 			discarded_splits++;
 		}
-		else if (AMR_WORD_TIER(word) != AMR_TIER_PMEM)
+		else
 		{
-			/* no other tier exists in this build */
-			keep[id] = 0;
-		}
-		else if (AMR_WORD_SLOT(word) >= s->pmem_nslots ||
-				 !amr_bitmap_set(s->pmem_used, AMR_WORD_SLOT(word)))
-		{
-			ereport(WARNING,
-					(errcode(ERRCODE_DATA_CORRUPTED),
-					 errmsg("amrtree: leaf %u refers to PMEM slot %u, which is out of range or already in use; dropping the leaf",
-							id, AMR_WORD_SLOT(word))));
-			keep[id] = 0;
+			uint32		tier = AMR_WORD_TIER(word);
+			uint32		slot = AMR_WORD_SLOT(word);
+			bool		ok;
+
+			if (tier == AMR_TIER_PMEM)
+				ok = slot < s->pmem_nslots && amr_bitmap_set(s->pmem_used, slot);
+			else if (tier == AMR_TIER_SSD)
+				ok = s->ssd_used != NULL && slot < s->ssd_nslots &&
+					amr_bitmap_set(s->ssd_used, slot);
+			else
+				ok = false;
+			if (!ok)
+			{
+				ereport(WARNING,
+						(errcode(ERRCODE_DATA_CORRUPTED),
+						 errmsg("amrtree: leaf %u refers to %s slot %u, which is out of range or already in use; dropping the leaf",
+								id, tier == AMR_TIER_SSD ? "SSD" : "PMEM", slot)));
+				keep[id] = 0;
+			}
 		}
 	}
 	per_tree = palloc0(sizeof(uint32) * (AMR_MAX_TREES * 2 + 1));
@@ -179,6 +192,13 @@ amr_reconcile(void)
 		amr_bitmap_set(s->leaf_ids_used, id);
 		per_tree[e->tree_no * 2 + ((e->flags & AMR_LT_FLAG_NULLS) ? 1 : 0)]++;
 		live_leaves++;
+	}
+
+	/* releases above moved the tier counters: recount from scratch below */
+	for (tn = 0; tn < AMR_MAX_TREES; tn++)
+	{
+		s->trees[tn].pmem_leaves = 0;
+		s->trees[tn].ssd_leaves = 0;
 	}
 
 	/* finish drops: every leaf of a dropped tree was released above */
@@ -207,11 +227,20 @@ amr_reconcile(void)
 		items[per_tree[bucket]].ref = id;
 		per_tree[bucket]++;
 
-		leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
-		if (leaf->hdr.magic == AMR_LEAF_MAGIC && leaf->hdr.nentries <= AMR_LEAF_CAPACITY)
-			__atomic_add_fetch(&s->trees[e->tree_no].nentries,
-							   amr_leaf_live_entries(leaf), __ATOMIC_RELAXED);
-		__atomic_add_fetch(&s->trees[e->tree_no].nleaves, 1, __ATOMIC_RELAXED);
+		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+		{
+			leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
+			if (leaf->hdr.magic == AMR_LEAF_MAGIC && leaf->hdr.nentries <= AMR_LEAF_CAPACITY)
+				s->trees[e->tree_no].nentries += amr_leaf_live_entries(leaf);
+			s->trees[e->tree_no].pmem_leaves++;
+		}
+		else
+		{
+			/* SSD images are immutable: their count was recorded at publication */
+			s->trees[e->tree_no].nentries += e->entries;
+			s->trees[e->tree_no].ssd_leaves++;
+		}
+		s->trees[e->tree_no].nleaves++;
 	}
 
 	/* 4. inner nodes */

@@ -30,6 +30,9 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
+/* how many SSD-resident candidate leaves a scan reads with one submission */
+#define AMR_SCAN_PREFETCH 16
+
 typedef struct AmrScanOpaqueData
 {
 	AmrTree    *tree;
@@ -55,7 +58,13 @@ typedef struct AmrScanOpaqueData
 	ItemPointerData tids[AMR_LEAF_CAPACITY];
 	AmrBox		boxes[AMR_LEAF_CAPACITY];
 	bool		isnull[AMR_LEAF_CAPACITY];
-	AmrLeafEntry copy[AMR_LEAF_CAPACITY];
+	AmrLeaf    *leaf;			/* the leaf being evaluated (aligned) */
+
+	/* SSD leaves read ahead together (io_uring queue depth > 1) */
+	int			pf_n;
+	uint32		pf_ids[AMR_SCAN_PREFETCH];
+	uint64		pf_words[AMR_SCAN_PREFETCH];
+	AmrLeaf    *pf_bufs[AMR_SCAN_PREFETCH];
 } AmrScanOpaqueData;
 
 typedef AmrScanOpaqueData *AmrScanOpaque;
@@ -86,6 +95,15 @@ amrbeginscan(Relation r, int nkeys, int norderbys)
 	so->keys = palloc0(sizeof(AmrScanKey) * Max(nkeys, 1));
 	so->pgkeys = palloc0(sizeof(ScanKey) * Max(nkeys, 1));
 	so->pinned_leaf = AMR_INVALID_LEAF;
+	so->leaf = amr_alloc_leaf_buffer();
+	{
+		char	   *p = palloc((AMR_SCAN_PREFETCH + 1) * AMR_SLOT_SIZE);
+		int			i;
+
+		p = (char *) TYPEALIGN(AMR_SLOT_SIZE, p);
+		for (i = 0; i < AMR_SCAN_PREFETCH; i++)
+			so->pf_bufs[i] = (AmrLeaf *) (p + (Size) i * AMR_SLOT_SIZE);
+	}
 	scan->opaque = so;
 	scan->xs_itupdesc = RelationGetDescr(r);
 	return scan;
@@ -115,6 +133,7 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 
 	release_batch(so);
 	so->started = false;
+	so->pf_n = 0;
 	so->cand.n = 0;
 	so->cand_pos = 0;
 	so->no_match = false;
@@ -222,8 +241,57 @@ entry_matches(AmrScanOpaque so, const AmrLeafEntry *e)
 }
 
 /*
- * Read one leaf's matches into the batch.  The leaf is copied under its
- * lock and evaluated afterwards, so no operator ever runs with a lock held.
+ * Read ahead the SSD-resident leaves among the next candidates, all with
+ * one submission, so that a scan touching several SSD leaves waits for the
+ * device once rather than once per leaf.  Words are read without locks; a
+ * prefetched image is used only if the word is unchanged when the scan gets
+ * to the leaf (SSD images are immutable while referenced).
+ */
+static void
+prefetch_ssd(IndexScanDesc scan)
+{
+	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
+	AmrStore   *s = &amr_store;
+	uint32		slots[AMR_SCAN_PREFETCH];
+	uint32		i;
+	int			n = 0;
+
+	for (i = so->cand_pos; i < so->cand.n && n < AMR_SCAN_PREFETCH; i++)
+	{
+		uint32		id = so->cand.ids[i];
+		uint64		word = amr_lt_word(s, id);
+
+		if (AMR_WORD_TIER(word) != AMR_TIER_SSD || s->leaves[id].cache_slot >= 0 ||
+			AMR_WORD_SLOT(word) >= s->ssd_nslots)
+			continue;
+		so->pf_ids[n] = id;
+		so->pf_words[n] = word;
+		slots[n] = AMR_WORD_SLOT(word);
+		n++;
+	}
+	so->pf_n = 0;
+	if (n > 1)
+	{
+		amr_ssd_read_images(scan->indexRelation, slots, so->pf_bufs, n);
+		so->pf_n = n;
+	}
+}
+
+static AmrLeaf *
+prefetched(AmrScanOpaque so, uint32 leaf_id, uint64 word)
+{
+	int			i;
+
+	for (i = 0; i < so->pf_n; i++)
+		if (so->pf_ids[i] == leaf_id && so->pf_words[i] == word)
+			return so->pf_bufs[i];
+	return NULL;
+}
+
+/*
+ * Read one leaf's matches into the batch.  The leaf is copied (under its
+ * lock for PMEM and DRAM copies, validated for SSD) and evaluated
+ * afterwards, so no operator ever runs with a lock held.
  */
 static void
 load_leaf(IndexScanDesc scan, uint32 leaf_id)
@@ -233,8 +301,8 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 	AmrStore   *s = &amr_store;
 	const AmrLeafTableEntry *e = &s->lt[leaf_id];
 	AmrLeafVolatile *v = &s->leaves[leaf_id];
+	AmrLeaf    *img = so->leaf;
 	uint64		word;
-	AmrLeaf    *leaf;
 	int			n;
 	int			i;
 
@@ -257,15 +325,34 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 	/* split after we collected the candidates: follow the moved entries */
 	if (v->nsn > so->start_nsn && v->rightlink != AMR_INVALID_LEAF)
 		amr_leaf_list_push(&so->cand, v->rightlink, scan_realloc, so->scan_cxt);
-	leaf = amr_leaf_resolve(scan->indexRelation, t, leaf_id, &word);
-	n = (int) leaf->hdr.nentries;
-	memcpy(so->copy, leaf->entries, sizeof(AmrLeafEntry) * n);
-	LWLockRelease(amr_leaf_lock(leaf_id));
-	amr_leaf_access(leaf_id);
+	if (v->cache_slot >= 0 || AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+	{
+		const AmrLeaf *src = v->cache_slot >= 0 ? &amr_leaf_cache[v->cache_slot]
+			: amr_leaf_resolve(scan->indexRelation, t, leaf_id, &word);
 
+		memcpy(img, src, amr_leaf_image_bytes(src));
+		LWLockRelease(amr_leaf_lock(leaf_id));
+	}
+	else
+	{
+		AmrLeaf    *pf;
+
+		LWLockRelease(amr_leaf_lock(leaf_id));
+		pf = prefetched(so, leaf_id, word);
+		if (pf != NULL)
+		{
+			amr_leaf_validate(scan->indexRelation, t, leaf_id, word, pf, true);
+			img = pf;
+		}
+		else if (amr_leaf_copy(scan->indexRelation, t, leaf_id, img, NULL, NULL) == 0)
+			return;
+	}
+	amr_leaf_access(leaf_id, false);
+
+	n = (int) img->hdr.nentries;
 	for (i = 0; i < n; i++)
 	{
-		const AmrLeafEntry *en = &so->copy[i];
+		const AmrLeafEntry *en = &img->entries[i];
 		bool		isnull = (en->flags & AMR_ENTRY_FLAG_NULL) != 0;
 
 		if (en->flags & AMR_ENTRY_FLAG_DEAD)
@@ -290,6 +377,11 @@ next_batch(IndexScanDesc scan)
 		if (so->cand_pos >= so->cand.n)
 			return false;
 		CHECK_FOR_INTERRUPTS();
+		if (amr_store.ssd_used != NULL &&
+			AMR_WORD_TIER(amr_lt_word(&amr_store, so->cand.ids[so->cand_pos])) == AMR_TIER_SSD &&
+			prefetched(so, so->cand.ids[so->cand_pos],
+					   amr_lt_word(&amr_store, so->cand.ids[so->cand_pos])) == NULL)
+			prefetch_ssd(scan);
 		load_leaf(scan, so->cand.ids[so->cand_pos++]);
 		if (so->nitems > 0)
 			return true;

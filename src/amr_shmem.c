@@ -47,6 +47,9 @@ AmrSharedState *amr_shared = NULL;
 AmrStore	amr_store;
 LWLock	   *amr_tree_locks = NULL;
 LWLock	   *amr_leaf_locks = NULL;
+AmrBitmap  *amr_leaf_cache_used = NULL;
+AmrLeaf    *amr_leaf_cache = NULL;
+uint32		amr_leaf_cache_n = 0;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -61,6 +64,11 @@ static char pool_media[128];
 static int	shmem_startups = 0;
 static bool control_file_clean = true;
 
+/* SSD slot file (opened by the postmaster, inherited by every child) */
+AmrSsdIo	amr_ssd_io = {-1, AMR_IO_URING, AMR_SSD_SYNC_FDATASYNC, false, NULL, 0};
+static uint32 ssd_nslots = 0;
+static char ssd_media[128];
+
 typedef struct AmrShmemLayout
 {
 	Size		total;
@@ -73,6 +81,10 @@ typedef struct AmrShmemLayout
 	Size		off_nodes_bitmap;
 	Size		off_nodes;
 	uint32		nnodes;
+	Size		off_ssd_bitmap;
+	Size		off_cache_bitmap;
+	Size		off_cache;
+	uint32		ncache;
 } AmrShmemLayout;
 
 static void
@@ -138,7 +150,8 @@ pool_header(PMEMobjpool *pop)
  * so the number of leaf ids can never exceed the number of slots.
  */
 static bool
-pool_format(PMEMobjpool *pop, size_t pool_size, uint64 pool_id, uint64 created_at)
+pool_format(PMEMobjpool *pop, size_t pool_size, uint64 pool_id, uint64 created_at,
+			uint64 ssd_slots, uint64 ssd_file_id)
 {
 	PMEMoid		root,
 				trees,
@@ -156,18 +169,29 @@ pool_format(PMEMobjpool *pop, size_t pool_size, uint64 pool_id, uint64 created_a
 	if (pmemobj_zalloc(pop, &trees, sizeof(AmrTreeRecord) * AMR_MAX_TREES, 0) != 0)
 		return false;
 
-	/* first estimate: what is left after libpmemobj's own metadata */
-	nslots = (pool_size - Min(pool_size / 2, (size_t) 10 * 1024 * 1024)) /
-		(AMR_SLOT_SIZE + sizeof(AmrLeafTableEntry));
+	/*
+	 * First estimate: what is left after libpmemobj's own metadata, shared
+	 * between PMEM slots and Leaf Table entries (one per slot of either
+	 * tier: a leaf occupies exactly one slot, so there can be no more leaf
+	 * ids than slots).
+	 */
+	{
+		int64		usable = (int64) pool_size - (int64) Min(pool_size / 2, (size_t) 10 * 1024 * 1024)
+			- (int64) (ssd_slots * sizeof(AmrLeafTableEntry));
+
+		if (usable < (int64) (16 * (AMR_SLOT_SIZE + sizeof(AmrLeafTableEntry))))
+			return false;
+		nslots = (uint64) usable / (AMR_SLOT_SIZE + sizeof(AmrLeafTableEntry));
+	}
 	nslots = Min(nslots, (uint64) AMR_MAX_SLOTS);
-	lt_capacity = nslots;
+	lt_capacity = nslots + ssd_slots;
 	while (pmemobj_zalloc(pop, &lt, lt_capacity * sizeof(AmrLeafTableEntry) + 64, 0) != 0)
 	{
-		lt_capacity = lt_capacity * 98 / 100;
-		if (lt_capacity < 16)
+		nslots = nslots * 98 / 100;
+		lt_capacity = nslots + ssd_slots;
+		if (nslots < 16)
 			return false;
 	}
-	nslots = lt_capacity;
 	/* the slot area is aligned to AMR_SLOT_SIZE by hand, hence the extra slot */
 	while (pmemobj_alloc(pop, &slots, (nslots + 1) * AMR_SLOT_SIZE, 0, NULL, NULL) != 0)
 	{
@@ -184,7 +208,8 @@ pool_format(PMEMobjpool *pop, size_t pool_size, uint64 pool_id, uint64 created_a
 	hdr->pool_id = pool_id;
 	hdr->created_at = created_at;
 	hdr->pmem_nslots = nslots;
-	hdr->lt_capacity = Min(lt_capacity, nslots);
+	hdr->lt_capacity = Min(lt_capacity, nslots + ssd_slots);
+	hdr->ssd_file_id = ssd_file_id;
 	hdr->max_trees = AMR_MAX_TREES;
 	hdr->slots_offset = TYPEALIGN(AMR_SLOT_SIZE, slots.off);
 	hdr->lt_offset = TYPEALIGN(64, lt.off);
@@ -196,7 +221,8 @@ pool_format(PMEMobjpool *pop, size_t pool_size, uint64 pool_id, uint64 created_a
 }
 
 static PMEMobjpool *
-pool_create(const char *path, size_t size, uint64 pool_id, uint64 created_at)
+pool_create(const char *path, size_t size, uint64 pool_id, uint64 created_at,
+			uint64 ssd_slots, uint64 ssd_file_id)
 {
 	PMEMobjpool *pop;
 
@@ -212,16 +238,17 @@ pool_create(const char *path, size_t size, uint64 pool_id, uint64 created_at)
 				  "writable by the server, and has room for amrtree.pmem_size.");
 		return NULL;
 	}
-	if (!pool_format(pop, size, pool_id, created_at))
+	if (!pool_format(pop, size, pool_id, created_at, ssd_slots, ssd_file_id))
 	{
 		char		detail[1024];
 
-		snprintf(detail, sizeof(detail), "%zu MB leave no room for leaf slots: %s",
-				 size >> 20, pmemobj_errormsg());
+		snprintf(detail, sizeof(detail),
+				 "%zu MB leave no room for leaf slots and a Leaf Table covering %llu SSD slots: %s",
+				 size >> 20, (unsigned long long) ssd_slots, pmemobj_errormsg());
 		pmemobj_close(pop);
 		unlink(path);
 		pool_fail("could not lay out the PMEM pool", detail,
-				  "Raise amrtree.pmem_size.");
+				  "Raise amrtree.pmem_size, or lower amrtree.ssd_size.");
 		return NULL;
 	}
 	return pop;
@@ -234,7 +261,7 @@ pool_create(const char *path, size_t size, uint64 pool_id, uint64 created_at)
  * that the next attempt removes).
  */
 static PMEMobjpool *
-pool_grow(PMEMobjpool *old, const char *path, size_t new_size)
+pool_grow(PMEMobjpool *old, const char *path, size_t new_size, uint64 ssd_slots)
 {
 	AmrPoolHeader *oh = pool_header(old);
 	char		tmp[MAXPGPATH];
@@ -245,9 +272,10 @@ pool_grow(PMEMobjpool *old, const char *path, size_t new_size)
 
 	snprintf(tmp, sizeof(tmp), "%s.grow", path);
 	unlink(tmp);
-	pop = pool_create(tmp, new_size, oh->pool_id, oh->created_at);
+	pop = pool_create(tmp, new_size, oh->pool_id, oh->created_at, ssd_slots,
+					  oh->ssd_file_id);
 	if (pop == NULL)
-		return NULL;
+		return old;
 	nh = pool_header(pop);
 	if (nh->pmem_nslots < oh->pmem_nslots || nh->lt_capacity < oh->lt_capacity)
 	{
@@ -255,7 +283,8 @@ pool_grow(PMEMobjpool *old, const char *path, size_t new_size)
 		unlink(tmp);
 		ereport(LOG,
 				(errmsg("amrtree: not enlarging pool \"%s\": %zu MB would not hold more slots",
-						path, new_size >> 20)));
+						path, new_size >> 20),
+				 errhint("Raise amrtree.pmem_size.")));
 		return old;
 	}
 	nb = (char *) pop;
@@ -307,11 +336,241 @@ choose_persistence(const char *path, void *base, size_t len)
 	amr_persist_init(mode);
 }
 
+/* ---- the SSD slot file ---- */
+
+static bool
+read_ssd_header(int fd, AmrSsdHeader *h)
+{
+	char		buf[AMR_SLOT_SIZE];
+
+	if (pread(fd, buf, sizeof(buf), 0) != sizeof(buf))
+		return false;
+	memcpy(h, buf, sizeof(*h));
+	return h->magic == AMR_SSD_MAGIC;
+}
+
+static bool
+write_ssd_header(int fd, const AmrSsdHeader *h)
+{
+	char		buf[AMR_SLOT_SIZE];
+
+	memset(buf, 0, sizeof(buf));
+	memcpy(buf, h, sizeof(*h));
+	return pwrite(fd, buf, sizeof(buf), 0) == sizeof(buf) && fsync(fd) == 0;
+}
+
+/* Slots of an existing slot file, so that the Leaf Table can cover them. */
+static uint64
+peek_ssd_slots(const char *path)
+{
+	AmrSsdHeader h;
+	int			fd = open(path, O_RDONLY | PG_BINARY, 0);
+	uint64		n = 0;
+
+	if (fd < 0)
+		return 0;
+	if (read_ssd_header(fd, &h))
+		n = h.nslots;
+	close(fd);
+	return n;
+}
+
+/*
+ * Open, validate, create or enlarge the slot file, for the pool "hdr".  On
+ * failure the whole of amrtree is unusable (the pool's Leaf Table may point
+ * into the file), with the reason stored for every later use.
+ */
+static bool
+ssd_open_or_create(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
+{
+	char		detail[1024];
+	AmrSsdHeader h;
+	struct stat st;
+	int			fd;
+	int			flags = O_RDWR | PG_BINARY;
+
+	if (stat(path, &st) != 0)
+	{
+		if (errno != ENOENT)
+		{
+			snprintf(detail, sizeof(detail), "stat(\"%s\") failed: %s", path, strerror(errno));
+			pool_fail("could not access the SSD slot file", detail, NULL);
+			return false;
+		}
+		if (hdr->ssd_file_id != 0)
+		{
+			snprintf(detail, sizeof(detail),
+					 "The PMEM pool's Leaf Table refers to leaves in slot file %016llx, which is gone.",
+					 (unsigned long long) hdr->ssd_file_id);
+			pool_fail("the SSD slot file is missing", detail,
+					  "Restore the file at amrtree.ssd_path, or move the PMEM pool away too and "
+					  "restart; then REINDEX every amrtree index.");
+			return false;
+		}
+		if (want_slots == 0)
+			return true;		/* no SSD tier */
+		ensure_parent_directory(path);
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL | PG_BINARY, S_IRUSR | S_IWUSR);
+		if (fd < 0 ||
+			posix_fallocate(fd, 0, (off_t) ((want_slots + 1) * AMR_SLOT_SIZE)) != 0)
+		{
+			snprintf(detail, sizeof(detail), "creating \"%s\" (%llu MB) failed: %s", path,
+					 (unsigned long long) ((want_slots * AMR_SLOT_SIZE) >> 20), strerror(errno));
+			if (fd >= 0)
+			{
+				close(fd);
+				unlink(path);
+			}
+			pool_fail("could not create the SSD slot file", detail,
+					  "Check that the directory of amrtree.ssd_path exists, is writable by "
+					  "the server, and has room for amrtree.ssd_size.");
+			return false;
+		}
+		memset(&h, 0, sizeof(h));
+		h.magic = AMR_SSD_MAGIC;
+		h.format_version = AMR_SSD_FORMAT_VERSION;
+		h.slot_size = AMR_SLOT_SIZE;
+		h.system_identifier = GetSystemIdentifier();
+		h.pool_id = hdr->pool_id;
+		h.file_id = random_pool_id();
+		h.nslots = want_slots;
+		h.created_at = (uint64) time(NULL);
+		h.checksum = amr_ssd_header_checksum(&h);
+		if (!write_ssd_header(fd, &h))
+		{
+			snprintf(detail, sizeof(detail), "writing the header of \"%s\" failed: %s", path, strerror(errno));
+			close(fd);
+			unlink(path);
+			pool_fail("could not create the SSD slot file", detail, NULL);
+			return false;
+		}
+		close(fd);
+		/* the pool records which file its Leaf Table points into */
+		hdr->ssd_file_id = h.file_id;
+		pmem_persist(&hdr->ssd_file_id, sizeof(hdr->ssd_file_id));
+		if (!pmem_is_pmem(hdr, sizeof(*hdr)))
+			pmem_msync(hdr, sizeof(*hdr));
+		ereport(LOG, (errmsg("amrtree: created SSD slot file \"%s\" (%llu slots)", path,
+							 (unsigned long long) want_slots)));
+	}
+
+	fd = open(path, O_RDWR | PG_BINARY, 0);
+	if (fd < 0 || !read_ssd_header(fd, &h) || h.checksum != amr_ssd_header_checksum(&h))
+	{
+		snprintf(detail, sizeof(detail), "\"%s\" has no valid amrtree slot file header%s%s",
+				 path, fd < 0 ? ": " : "", fd < 0 ? strerror(errno) : "");
+		if (fd >= 0)
+			close(fd);
+		pool_fail("the SSD slot file is not an amrtree slot file", detail,
+				  "Point amrtree.ssd_path at this cluster's slot file.");
+		return false;
+	}
+	if (h.format_version != AMR_SSD_FORMAT_VERSION || h.slot_size != AMR_SLOT_SIZE)
+	{
+		snprintf(detail, sizeof(detail), "The slot file has format version %u, this build uses %u.",
+				 h.format_version, AMR_SSD_FORMAT_VERSION);
+		close(fd);
+		pool_fail("the SSD slot file has an incompatible format", detail,
+				  "Move the slot file and the PMEM pool away and restart; then REINDEX every amrtree index.");
+		return false;
+	}
+	if (h.system_identifier == GetSystemIdentifier() && h.pool_id != hdr->pool_id &&
+		hdr->ssd_file_id == 0)
+	{
+		/*
+		 * The slot file of this cluster's previous pool, which is gone (a
+		 * wiped /dev/shm, say): nothing can reach its leaves any more, and
+		 * the indexes that had them report their missing tree.  Reuse it.
+		 */
+		h.pool_id = hdr->pool_id;
+		h.file_id = random_pool_id();
+		h.checksum = amr_ssd_header_checksum(&h);
+		if (!write_ssd_header(fd, &h))
+		{
+			snprintf(detail, sizeof(detail), "rewriting the header of \"%s\" failed: %s",
+					 path, strerror(errno));
+			close(fd);
+			pool_fail("could not reuse the SSD slot file", detail, NULL);
+			return false;
+		}
+		ereport(LOG,
+				(errmsg("amrtree: SSD slot file \"%s\" belonged to a previous PMEM pool of this cluster; reusing it",
+						path)));
+	}
+	if (h.system_identifier != GetSystemIdentifier() || h.pool_id != hdr->pool_id ||
+		(hdr->ssd_file_id != 0 && h.file_id != hdr->ssd_file_id))
+	{
+		snprintf(detail, sizeof(detail),
+				 "The slot file belongs to system identifier " UINT64_FORMAT " and pool %016llx; "
+				 "this cluster is " UINT64_FORMAT " with pool %016llx.",
+				 h.system_identifier, (unsigned long long) h.pool_id,
+				 GetSystemIdentifier(), (unsigned long long) hdr->pool_id);
+		close(fd);
+		pool_fail("the SSD slot file belongs to another cluster or pool", detail,
+				  "Point amrtree.ssd_path at the slot file created with this cluster's PMEM pool.");
+		return false;
+	}
+	fstat(fd, &st);
+	if ((uint64) st.st_size < (h.nslots + 1) * AMR_SLOT_SIZE)
+	{
+		snprintf(detail, sizeof(detail),
+				 "\"%s\" is %lld bytes long but its header declares %llu slots (%llu bytes).",
+				 path, (long long) st.st_size, (unsigned long long) h.nslots,
+				 (unsigned long long) ((h.nslots + 1) * AMR_SLOT_SIZE));
+		close(fd);
+		pool_fail("the SSD slot file is truncated", detail,
+				  "Restore the file from where it was copied, or move the slot file and the "
+				  "PMEM pool away and restart; then REINDEX every amrtree index.");
+		return false;
+	}
+	if (hdr->ssd_file_id == 0)
+	{
+		hdr->ssd_file_id = h.file_id;
+		pmem_persist(&hdr->ssd_file_id, sizeof(hdr->ssd_file_id));
+	}
+	if (want_slots > h.nslots)
+	{
+		/* enlarge: slots are appended, nothing moves */
+		if (posix_fallocate(fd, 0, (off_t) ((want_slots + 1) * AMR_SLOT_SIZE)) == 0)
+		{
+			h.nslots = want_slots;
+			h.checksum = amr_ssd_header_checksum(&h);
+			if (write_ssd_header(fd, &h))
+				ereport(LOG, (errmsg("amrtree: enlarged SSD slot file \"%s\" to %llu slots",
+									 path, (unsigned long long) want_slots)));
+		}
+		else
+			ereport(LOG, (errmsg("amrtree: could not enlarge SSD slot file \"%s\": %m", path)));
+	}
+	close(fd);
+
+	/* the descriptor every process reads and writes leaves through */
+	if ((AmrSsdSync) amr_ssd_sync_setting == AMR_SSD_SYNC_DSYNC)
+		flags |= O_DSYNC;
+	fd = open(path, flags | O_DIRECT, 0);
+	if (fd < 0)
+	{
+		snprintf(detail, sizeof(detail), "open(\"%s\", O_DIRECT) failed: %s", path, strerror(errno));
+		pool_fail("could not open the SSD slot file for direct I/O", detail,
+				  "Put amrtree.ssd_path on a file system that supports O_DIRECT (not tmpfs).");
+		return false;
+	}
+	amr_ssd_io.fd = fd;
+	amr_ssd_io.sync = (AmrSsdSync) amr_ssd_sync_setting;
+	ssd_nslots = (uint32) Min(h.nslots, (uint64) AMR_MAX_SLOTS);
+	snprintf(ssd_media, sizeof(ssd_media), "%s (%u slots, O_DIRECT, sync %s)", path, ssd_nslots,
+			 amr_ssd_io.sync == AMR_SSD_SYNC_FDATASYNC ? "fdatasync" :
+			 amr_ssd_io.sync == AMR_SSD_SYNC_DSYNC ? "O_DSYNC" : "none (not crash safe)");
+	return true;
+}
+
 static void
 pool_open_or_create(void)
 {
 	const char *path = amr_pmem_path;
 	size_t		want = (size_t) Max(amr_pmem_size_mb, AMR_POOL_MIN_MB) * 1024 * 1024;
+	uint64		ssd_want = (uint64) amr_ssd_size_mb * 1024 * 1024 / AMR_SLOT_SIZE;
+	uint64		ssd_slots;
 	struct stat st;
 	AmrPoolHeader *hdr;
 	char		detail[1024];
@@ -323,6 +582,10 @@ pool_open_or_create(void)
 		return;
 	}
 
+	/* the Leaf Table must cover the SSD slots too: know how many first */
+	ssd_want = Min(ssd_want, (uint64) AMR_MAX_SLOTS);
+	ssd_slots = Max(ssd_want, amr_ssd_path ? peek_ssd_slots(amr_ssd_path) : 0);
+
 	if (stat(path, &st) != 0)
 	{
 		if (errno != ENOENT)
@@ -332,7 +595,7 @@ pool_open_or_create(void)
 			return;
 		}
 		ensure_parent_directory(path);
-		pool = pool_create(path, want, random_pool_id(), (uint64) time(NULL));
+		pool = pool_create(path, want, random_pool_id(), (uint64) time(NULL), ssd_slots, 0);
 		if (pool == NULL)
 			return;
 		ereport(LOG, (errmsg("amrtree: created PMEM pool \"%s\" (%zu MB)", path, want >> 20)));
@@ -359,7 +622,7 @@ pool_open_or_create(void)
 							path)));
 			pmemobj_close(pool);
 			unlink(path);
-			pool = pool_create(path, want, random_pool_id(), (uint64) time(NULL));
+			pool = pool_create(path, want, random_pool_id(), (uint64) time(NULL), ssd_slots, 0);
 			if (pool == NULL)
 				return;
 			hdr = pool_header(pool);
@@ -389,27 +652,38 @@ pool_open_or_create(void)
 					  "the foreign file away and restart; then REINDEX every amrtree index.");
 			return;
 		}
-		if (st.st_size > 0 && (size_t) st.st_size < want)
+		if ((st.st_size > 0 && (size_t) st.st_size < want) ||
+			hdr->lt_capacity < hdr->pmem_nslots + ssd_slots)
 		{
-			PMEMobjpool *grown = pool_grow(pool, path, want);
+			/* a bigger pool: more PMEM slots, or a Leaf Table for more SSD slots */
+			size_t		need = (size_t) st.st_size +
+				(size_t) (hdr->pmem_nslots + ssd_slots - Min(hdr->lt_capacity, hdr->pmem_nslots + ssd_slots))
+				* sizeof(AmrLeafTableEntry) + 2 * 1024 * 1024;
+			PMEMobjpool *grown = pool_grow(pool, path, Max(want, need), ssd_slots);
 
 			if (grown == NULL)
 			{
-				/* the old pool was closed only if the rename succeeded */
-				pool = pmemobj_open(path, AMR_POOL_LAYOUT);
-				if (pool == NULL)
-				{
-					snprintf(detail, sizeof(detail), "%s", pmemobj_errormsg());
-					pool_fail("could not reopen the PMEM pool", detail, NULL);
-					return;
-				}
+				snprintf(detail, sizeof(detail), "%s", pmemobj_errormsg());
+				pool_fail("could not reopen the PMEM pool after enlarging it", detail, NULL);
+				return;
 			}
-			else
-				pool = grown;
+			pool = grown;
 		}
 	}
 
 	hdr = pool_header(pool);
+	if (hdr->lt_capacity < hdr->pmem_nslots + Min(ssd_slots, hdr->lt_capacity))
+		ssd_slots = hdr->lt_capacity - hdr->pmem_nslots;
+	if (amr_ssd_path != NULL && amr_ssd_path[0] != '\0' &&
+		!ssd_open_or_create(amr_ssd_path, ssd_slots, hdr))
+	{
+		pmemobj_close(pool);
+		pool = NULL;
+		return;
+	}
+	/* never use more SSD slots than the Leaf Table can name */
+	ssd_nslots = (uint32) Min((uint64) ssd_nslots, hdr->lt_capacity - hdr->pmem_nslots);
+
 	amr_store.pool_base = (char *) pool;
 	amr_store.header = hdr;
 	amr_store.pmem_slots = (char *) pool + hdr->slots_offset;
@@ -417,6 +691,7 @@ pool_open_or_create(void)
 	amr_store.lt = (AmrLeafTableEntry *) ((char *) pool + hdr->lt_offset);
 	amr_store.lt_capacity = (uint32) hdr->lt_capacity;
 	amr_store.tree_records = (AmrTreeRecord *) ((char *) pool + hdr->trees_offset);
+	amr_store.ssd_nslots = ssd_nslots;
 	choose_persistence(path, amr_store.pmem_slots,
 					   (size_t) amr_store.pmem_nslots * AMR_SLOT_SIZE);
 	pool_status = AMR_POOL_READY;
@@ -424,6 +699,8 @@ pool_open_or_create(void)
 			(errmsg("amrtree: PMEM pool \"%s\": %u leaf slots of %d bytes, Leaf Table of %u entries, on %s; persisting with %s",
 					path, amr_store.pmem_nslots, AMR_SLOT_SIZE, amr_store.lt_capacity,
 					pool_media, amr_persist_describe())));
+	if (ssd_nslots > 0)
+		ereport(LOG, (errmsg("amrtree: SSD tier %s", ssd_media)));
 }
 
 void
@@ -431,6 +708,10 @@ amr_pool_describe(StringInfo buf)
 {
 	appendStringInfo(buf, "%s on %s, persisting with %s", amr_pool_path_display(),
 					 pool_media, amr_persist_describe());
+	if (ssd_nslots > 0)
+		appendStringInfo(buf, "; SSD tier %s", ssd_media);
+	else
+		appendStringInfoString(buf, "; no SSD tier");
 }
 
 static void
@@ -453,6 +734,17 @@ compute_layout(AmrShmemLayout *l)
 	off = CACHELINEALIGN(off + amr_bitmap_size(slots));
 	l->off_ids_bitmap = off;
 	off = CACHELINEALIGN(off + amr_bitmap_size(lt));
+	l->off_ssd_bitmap = off;
+	off = CACHELINEALIGN(off + amr_bitmap_size(pool_status == AMR_POOL_READY ? ssd_nslots : 0));
+
+	/* DRAM copies of leaves held by rule R6, 4 KiB aligned for O_DIRECT */
+	l->ncache = pool_status == AMR_POOL_READY ?
+		(uint32) ((Size) amr_dram_leaf_cache_kb * 1024 / AMR_SLOT_SIZE) : 0;
+	l->off_cache_bitmap = off;
+	off = CACHELINEALIGN(off + amr_bitmap_size(l->ncache));
+	off = TYPEALIGN(AMR_SLOT_SIZE, off);
+	l->off_cache = off;
+	off += (Size) l->ncache * AMR_SLOT_SIZE;
 
 	/* inner nodes: amrtree.dram_size */
 	node_bytes = pool_status == AMR_POOL_READY ? (Size) amr_dram_size_kb * 1024 : 0;
@@ -461,7 +753,8 @@ compute_layout(AmrShmemLayout *l)
 	off = CACHELINEALIGN(off + amr_bitmap_size(l->nnodes));
 	l->off_nodes = off;
 	off = CACHELINEALIGN(off + sizeof(AmrInnerNode) * (Size) l->nnodes);
-	l->total = off;
+	/* ShmemInitStruct's result is only cache-line aligned */
+	l->total = off + AMR_SLOT_SIZE;
 }
 
 static void
@@ -502,13 +795,19 @@ amr_shmem_startup(void)
 	compute_layout(&layout);
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	base = ShmemInitStruct("amrtree", layout.total, &found);
+	/* align the whole layout so that the leaf cache is 4 KiB aligned */
+	base = (char *) TYPEALIGN(AMR_SLOT_SIZE, base);
 	amr_shared = (AmrSharedState *) base;
 	amr_tree_locks = (LWLock *) (base + layout.off_tree_locks);
 	amr_leaf_locks = (LWLock *) (base + layout.off_leaf_locks);
 	amr_store.trees = (AmrTree *) (base + layout.off_trees);
 	amr_store.leaves = (AmrLeafVolatile *) (base + layout.off_leaves);
 	amr_store.pmem_used = (AmrBitmap *) (base + layout.off_pmem_bitmap);
-	amr_store.ssd_used = NULL;
+	amr_store.ssd_used = ssd_nslots > 0 ? (AmrBitmap *) (base + layout.off_ssd_bitmap) : NULL;
+	amr_store.ssd_nslots = pool_status == AMR_POOL_READY ? ssd_nslots : 0;
+	amr_leaf_cache_used = (AmrBitmap *) (base + layout.off_cache_bitmap);
+	amr_leaf_cache = (AmrLeaf *) (base + layout.off_cache);
+	amr_leaf_cache_n = layout.ncache;
 	amr_store.leaf_ids_used = (AmrBitmap *) (base + layout.off_ids_bitmap);
 	amr_store.nodes_used = (AmrBitmap *) (base + layout.off_nodes_bitmap);
 	amr_store.nodes = (AmrInnerNode *) (base + layout.off_nodes);
@@ -545,6 +844,9 @@ amr_shmem_startup(void)
 		amr_bitmap_init(amr_store.pmem_used, slots);
 		amr_bitmap_init(amr_store.leaf_ids_used, lt);
 		amr_bitmap_init(amr_store.nodes_used, layout.nnodes);
+		if (amr_store.ssd_used)
+			amr_bitmap_init(amr_store.ssd_used, amr_store.ssd_nslots);
+		amr_bitmap_init(amr_leaf_cache_used, layout.ncache);
 	}
 	LWLockRelease(AddinShmemInitLock);
 

@@ -46,18 +46,176 @@ collect_all_leaves(AmrTree *t, AmrLeafList *list, uint64 *start_nsn)
 	LWLockRelease(amr_tree_lock(t));
 }
 
+/*
+ * Rewrite a PMEM leaf without the entries VACUUM removes, under the leaf
+ * lock (PMEM writes are memory copies).  Without a free PMEM slot, mark the
+ * entries dead in place instead.  Returns the number removed.
+ */
+static uint64
+vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
+				 IndexBulkDeleteCallback callback, void *callback_state,
+				 uint64 *kept_out)
+{
+	AmrStore   *s = &amr_store;
+	AmrLeaf    *leaf;
+	uint64		word;
+	uint64		i;
+	uint64		kept = 0;
+	uint64		removed = 0;
+	int64		free_slot;
+
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	free_slot = amr_bitmap_alloc(s->pmem_used);
+	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+	if (AMR_WORD_TIER(amr_lt_word(s, leaf_id)) != AMR_TIER_PMEM)
+	{
+		/* migrated since we looked: the caller looks again */
+		LWLockRelease(amr_leaf_lock(leaf_id));
+		if (free_slot >= 0)
+			amr_bitmap_clear(s->pmem_used, (uint64) free_slot);
+		LWLockRelease(&amr_shared->publish_lock);
+		*kept_out = UINT64_MAX;
+		return 0;
+	}
+	leaf = amr_leaf_resolve(index, t, leaf_id, &word);
+	amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation,
+						AMR_WORD_VERSION(word) + 1,
+						(leaf->hdr.flags & AMR_LEAF_FLAG_NULLS) != 0);
+	for (i = 0; i < leaf->hdr.nentries; i++)
+	{
+		const AmrLeafEntry *en = &leaf->entries[i];
+		ItemPointerData tid;
+
+		if (en->flags & AMR_ENTRY_FLAG_DEAD)
+			continue;
+		memcpy(&tid, &en->tid_blk_hi, sizeof(tid));
+		if (!callback(&tid, callback_state))
+			img->entries[kept++] = *en;
+		else
+		{
+			removed++;
+			if (free_slot < 0)
+				amr_leaf_mark_dead_pmem(leaf, (int) i);
+		}
+	}
+	if (removed > 0 && free_slot >= 0)
+	{
+		AmrFBox		mbr;
+		uint64		old_word;
+
+		img->hdr.nentries = kept;
+		mbr = (img->hdr.flags & AMR_LEAF_FLAG_NULLS) ? amr_fbox_empty()
+			: amr_leaf_image_mbr(img);
+		amr_tier_write(index, AMR_TIER_PMEM, (uint32) free_slot, img);
+		/* commit point */
+		old_word = amr_lt_switch(s, leaf_id, AMR_TIER_PMEM, (uint32) free_slot, &mbr,
+								 (uint32) kept);
+		amr_free_word_slot(s, old_word);
+		amr_cache_refresh(leaf_id, img);
+	}
+	else
+	{
+		if (free_slot >= 0)
+			amr_bitmap_clear(s->pmem_used, (uint64) free_slot);
+		if (removed > 0)
+			amr_cache_refresh(leaf_id, leaf);
+	}
+	if (removed > 0)
+		__atomic_sub_fetch(&t->nentries, removed, __ATOMIC_RELAXED);
+	LWLockRelease(amr_leaf_lock(leaf_id));
+	LWLockRelease(&amr_shared->publish_lock);
+	*kept_out = kept;
+	return removed;
+}
+
+/*
+ * Rewrite an SSD leaf (whose image "snap" is immutable while its word is
+ * "word"): write the survivors to a new slot with no lock held, then switch
+ * if the word is unchanged.  Returns the number removed, or UINT64_MAX in
+ * *kept_out if the leaf changed meanwhile (the caller looks again).
+ */
+static uint64
+vacuum_ssd_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
+				const AmrLeaf *snap, AmrLeaf *img,
+				IndexBulkDeleteCallback callback, void *callback_state,
+				uint64 *kept_out)
+{
+	AmrStore   *s = &amr_store;
+	AmrFBox		mbr;
+	uint64		i;
+	uint64		removed = 0;
+	uint32		tier = AMR_TIER_SSD;
+	int64		slot;
+	bool		done = false;
+
+	amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation,
+						AMR_WORD_VERSION(word) + 1,
+						(snap->hdr.flags & AMR_LEAF_FLAG_NULLS) != 0);
+	for (i = 0; i < snap->hdr.nentries; i++)
+	{
+		const AmrLeafEntry *en = &snap->entries[i];
+		ItemPointerData tid;
+
+		if (en->flags & AMR_ENTRY_FLAG_DEAD)
+			continue;
+		memcpy(&tid, &en->tid_blk_hi, sizeof(tid));
+		if (!callback(&tid, callback_state))
+			img->entries[img->hdr.nentries++] = *en;
+		else
+			removed++;
+	}
+	mbr = (img->hdr.flags & AMR_LEAF_FLAG_NULLS) ? amr_fbox_empty() : amr_leaf_image_mbr(img);
+
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	slot = amr_bitmap_alloc(s->ssd_used);
+	if (slot < 0)
+	{
+		tier = AMR_TIER_PMEM;
+		slot = amr_bitmap_alloc(s->pmem_used);
+	}
+	if (slot < 0)
+		amr_report_status(AMR_ERR_SSD_FULL, index);
+	PG_TRY();
+	{
+		amr_tier_write(index, tier, (uint32) slot, img);
+		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+		if (amr_lt_word(s, leaf_id) == word)
+		{
+			uint64		old_word;
+
+			old_word = amr_lt_switch(s, leaf_id, tier, (uint32) slot, &mbr,
+									 (uint32) img->hdr.nentries);
+			amr_free_word_slot(s, old_word);
+			amr_cache_refresh(leaf_id, img);
+			__atomic_sub_fetch(&t->nentries, removed, __ATOMIC_RELAXED);
+			done = true;
+		}
+		LWLockRelease(amr_leaf_lock(leaf_id));
+	}
+	PG_CATCH();
+	{
+		amr_bitmap_clear(tier == AMR_TIER_SSD ? s->ssd_used : s->pmem_used, (uint64) slot);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (!done)
+		amr_bitmap_clear(tier == AMR_TIER_SSD ? s->ssd_used : s->pmem_used, (uint64) slot);
+	LWLockRelease(&amr_shared->publish_lock);
+	*kept_out = done ? img->hdr.nentries : UINT64_MAX;
+	return done ? removed : 0;
+}
+
 IndexBulkDeleteResult *
 amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 			  IndexBulkDeleteCallback callback, void *callback_state)
 {
 	Relation	index = info->index;
 	AmrTree    *t = amr_tree_open(index);
-	AmrStore   *s = &amr_store;
 	AmrLeafList list = {NULL, 0, 0};
 	uint64		start_nsn;
 	uint32		pos;
-	PGAlignedBlock buf;
-	AmrLeaf    *img = (AmrLeaf *) buf.data;
+	AmrLeaf    *snap = amr_alloc_leaf_buffer();
+	AmrLeaf    *img = amr_alloc_leaf_buffer();
 	double		kept_total = 0;
 	uint32		visited = 0;
 
@@ -68,124 +226,59 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 	for (pos = 0; pos < list.n; pos++)
 	{
 		uint32		leaf_id = list.ids[pos];
-		AmrLeafTableEntry *e = &s->lt[leaf_id];
-		AmrLeafVolatile *v = &s->leaves[leaf_id];
-		AmrLeaf    *leaf;
-		uint64		word;
-		uint32		slot;
-		uint64		i;
-		uint64		n;
-		uint64		kept = 0;
-		uint64		removed = 0;
 		uint32		pushed = AMR_INVALID_LEAF;
-		int64		free_slot;
 
-		vacuum_delay_point();
-
-		/* look first, under a shared lock: most leaves need no rewrite */
-		LWLockAcquire(amr_leaf_lock(leaf_id), LW_SHARED);
-		word = amr_lt_word(s, leaf_id);
-		if (AMR_WORD_TIER(word) == AMR_TIER_NONE ||
-			e->tree_no != t->tree_no || e->tree_generation != t->generation)
+		for (;;)
 		{
-			LWLockRelease(amr_leaf_lock(leaf_id));
-			continue;
-		}
-		if (v->nsn > start_nsn && v->rightlink != AMR_INVALID_LEAF)
-		{
-			pushed = v->rightlink;
-			amr_leaf_list_push(&list, pushed, vacuum_realloc, NULL);
-		}
-		visited++;
-		leaf = amr_leaf_resolve(index, t, leaf_id, &word);
-		n = leaf->hdr.nentries;
-		memcpy(img->entries, leaf->entries, n * sizeof(AmrLeafEntry));
-		LWLockRelease(amr_leaf_lock(leaf_id));
+			uint64		word;
+			uint64		nsn;
+			uint32		rightlink;
+			uint64		i;
+			uint64		removed = 0;
+			uint64		kept = 0;
 
-		for (i = 0; i < n; i++)
-		{
-			ItemPointerData tid;
-
-			if (img->entries[i].flags & AMR_ENTRY_FLAG_DEAD)
-				continue;
-			memcpy(&tid, &img->entries[i].tid_blk_hi, sizeof(tid));
-			if (callback(&tid, callback_state))
-				removed++;
-			else
-				kept++;
-		}
-		if (removed == 0)
-		{
-			kept_total += kept;
-			continue;
-		}
-
-		/*
-		 * Rewrite out of place from the current image (it may have grown).
-		 * With no free slot (a full pool), mark the dead entries in place
-		 * instead: one persisted 2-byte store each, and inserts reuse the
-		 * positions; a later rewrite or split compacts them away.
-		 */
-		LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-		free_slot = amr_bitmap_alloc(s->pmem_used);
-		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
-		/* it may have split since we looked: follow what moved */
-		if (v->nsn > start_nsn && v->rightlink != AMR_INVALID_LEAF &&
-			v->rightlink != pushed)
-			amr_leaf_list_push(&list, v->rightlink, vacuum_realloc, NULL);
-		leaf = amr_leaf_resolve(index, t, leaf_id, &word);
-		amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation,
-							AMR_WORD_VERSION(word) + 1,
-							(leaf->hdr.flags & AMR_LEAF_FLAG_NULLS) != 0);
-		kept = 0;
-		removed = 0;
-		for (i = 0; i < leaf->hdr.nentries; i++)
-		{
-			const AmrLeafEntry *en = &leaf->entries[i];
-			ItemPointerData tid;
-
-			if (en->flags & AMR_ENTRY_FLAG_DEAD)
-				continue;
-			memcpy(&tid, &en->tid_blk_hi, sizeof(tid));
-			if (!callback(&tid, callback_state))
-				img->entries[kept++] = *en;
-			else
+			vacuum_delay_point();
+			word = amr_leaf_copy(index, t, leaf_id, snap, &nsn, &rightlink);
+			if (word == 0)
+				break;
+			/* split since we collected the leaves: follow what moved */
+			if (nsn > start_nsn && rightlink != AMR_INVALID_LEAF && rightlink != pushed)
 			{
-				removed++;
-				if (free_slot < 0)
-					amr_leaf_mark_dead_pmem(leaf, (int) i);
+				pushed = rightlink;
+				amr_leaf_list_push(&list, pushed, vacuum_realloc, NULL);
 			}
-		}
-		if (removed > 0 && free_slot >= 0)
-		{
-			AmrFBox		mbr;
-			uint64		old_word;
 
-			slot = (uint32) free_slot;
-			img->hdr.nentries = kept;
-			mbr = (img->hdr.flags & AMR_LEAF_FLAG_NULLS) ? amr_fbox_empty()
-				: amr_leaf_image_mbr(img);
-			amr_memcpy_persist(amr_pmem_slot(s, slot), img,
-							   offsetof(AmrLeaf, entries) + kept * sizeof(AmrLeafEntry));
-			/* commit point */
-			old_word = amr_lt_switch(s, leaf_id, AMR_TIER_PMEM, slot, &mbr);
-			amr_free_word_slot(&amr_store, old_word);
-		}
-		else if (free_slot >= 0)
-			amr_bitmap_clear(s->pmem_used, (uint64) free_slot);
-		if (removed > 0)
-		{
-			v->updates++;
-			__atomic_sub_fetch(&t->nentries, removed, __ATOMIC_RELAXED);
-		}
-		LWLockRelease(amr_leaf_lock(leaf_id));
-		LWLockRelease(&amr_shared->publish_lock);
+			/* look first: most leaves need no rewrite */
+			for (i = 0; i < snap->hdr.nentries; i++)
+			{
+				ItemPointerData tid;
 
-		if (removed > 0 && __atomic_load_n(&t->pinned, __ATOMIC_SEQ_CST) > 0)
-			amr_wait_for_unpin(t, leaf_id);
-
-		stats->tuples_removed += removed;
-		kept_total += kept;
+				if (snap->entries[i].flags & AMR_ENTRY_FLAG_DEAD)
+					continue;
+				memcpy(&tid, &snap->entries[i].tid_blk_hi, sizeof(tid));
+				if (callback(&tid, callback_state))
+					removed++;
+				else
+					kept++;
+			}
+			if (removed > 0)
+			{
+				if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+					removed = vacuum_pmem_leaf(index, t, leaf_id, img, callback,
+											   callback_state, &kept);
+				else
+					removed = vacuum_ssd_leaf(index, t, leaf_id, word, snap, img,
+											  callback, callback_state, &kept);
+				if (kept == UINT64_MAX)
+					continue;	/* the leaf moved or changed: look again */
+				if (removed > 0 && __atomic_load_n(&t->pinned, __ATOMIC_SEQ_CST) > 0)
+					amr_wait_for_unpin(t, leaf_id);
+			}
+			visited++;
+			stats->tuples_removed += removed;
+			kept_total += kept;
+			break;
+		}
 	}
 
 	stats->num_index_tuples = kept_total;

@@ -26,9 +26,35 @@ int			amr_dram_size_kb = 64 * 1024;
 char	   *amr_pmem_path = NULL;
 int			amr_pmem_size_mb = 256;
 int			amr_persist_mode_setting = AMR_PERSIST_CLWB;
+char	   *amr_ssd_path = NULL;
+int			amr_ssd_size_mb = 1024;
+int			amr_io_method_setting = AMR_IO_URING;
+int			amr_ssd_sync_setting = AMR_SSD_SYNC_FDATASYNC;
+int			amr_scan_interval_ms = 1000;
+double		amr_decay_lambda = 0.1;
+double		amr_promote_threshold = 4.0;
+double		amr_demote_threshold = 0.5;
+double		amr_update_ratio_threshold = 0.5;
+double		amr_smo_threshold = 3.0;
+int			amr_dram_leaf_cache_kb = 4096;
 bool		amr_preloaded = false;
 
 static relopt_kind amr_relopt_kind;
+
+static void validate_budget(const char *value);
+
+static const struct config_enum_entry io_method_options[] = {
+	{"io_uring", AMR_IO_URING, false},
+	{"sync", AMR_IO_SYNC, false},
+	{NULL, 0, false}
+};
+
+static const struct config_enum_entry ssd_sync_options[] = {
+	{"fdatasync", AMR_SSD_SYNC_FDATASYNC, false},
+	{"dsync", AMR_SSD_SYNC_DSYNC, false},
+	{"none", AMR_SSD_SYNC_NONE, false},
+	{NULL, 0, false}
+};
 
 static const struct config_enum_entry persist_mode_options[] = {
 	{"clwb", AMR_PERSIST_CLWB, false},
@@ -84,6 +110,90 @@ define_gucs(void)
 							 PGC_POSTMASTER,
 							 0,
 							 NULL, NULL, NULL);
+	DefineCustomStringVariable("amrtree.ssd_path",
+							   "Path of the SSD slot file holding demoted leaves.",
+							   "Relative paths are relative to the data directory.",
+							   &amr_ssd_path,
+							   "pg_amrtree/ssd.slots",
+							   PGC_POSTMASTER,
+							   GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
+	DefineCustomIntVariable("amrtree.ssd_size",
+							"Size of the SSD slot file.",
+							"A larger value enlarges the file at the next start; "
+							"0 disables the SSD tier.",
+							&amr_ssd_size_mb,
+							1024, 0, 1024 * 1024,
+							PGC_POSTMASTER,
+							GUC_UNIT_MB,
+							NULL, NULL, NULL);
+	DefineCustomEnumVariable("amrtree.io_method",
+							 "How leaves are read from and written to the SSD tier.",
+							 "io_uring submits the reads of a scan together; "
+							 "sync uses pread/pwrite, for kernels without io_uring.",
+							 &amr_io_method_setting,
+							 AMR_IO_URING,
+							 io_method_options,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+	DefineCustomEnumVariable("amrtree.ssd_sync",
+							 "How writes to the SSD tier are made durable.",
+							 "fdatasync after each write (default), dsync opens "
+							 "the file with O_DSYNC, none skips it and is NOT "
+							 "crash safe (measurement only).",
+							 &amr_ssd_sync_setting,
+							 AMR_SSD_SYNC_FDATASYNC,
+							 ssd_sync_options,
+							 PGC_POSTMASTER,
+							 0,
+							 NULL, NULL, NULL);
+	DefineCustomIntVariable("amrtree.scan_interval",
+							"Time between two scans of the tier manager.",
+							NULL,
+							&amr_scan_interval_ms,
+							1000, 10, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomRealVariable("amrtree.decay_lambda",
+							 "Decay rate of leaf hotness, per second.",
+							 "h = h * exp(-lambda * dt) + 1 per access.",
+							 &amr_decay_lambda,
+							 0.1, 0.0, 100.0,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomRealVariable("amrtree.promote_threshold",
+							 "Hotness at which an SSD leaf is promoted to PMEM (theta up).",
+							 NULL,
+							 &amr_promote_threshold,
+							 4.0, 0.0, 1e9,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomRealVariable("amrtree.demote_threshold",
+							 "Hotness at or below which a PMEM leaf is demoted to SSD (theta down).",
+							 "Must be below amrtree.promote_threshold (hysteresis).",
+							 &amr_demote_threshold,
+							 0.5, 0.0, 1e9,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomRealVariable("amrtree.update_ratio_threshold",
+							 "Share of writes among a leaf's accesses that keeps it on PMEM (rule R3, phi).",
+							 NULL,
+							 &amr_update_ratio_threshold,
+							 0.5, 0.0, 1.0,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomRealVariable("amrtree.smo_threshold",
+							 "Split score at which a leaf is held in DRAM until it calms down (rule R6, psi).",
+							 NULL,
+							 &amr_smo_threshold,
+							 3.0, 0.0, 1e9,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("amrtree.dram_leaf_cache",
+							"Shared memory for leaves held in DRAM by rule R6.",
+							NULL,
+							&amr_dram_leaf_cache_kb,
+							4096, 0, INT_MAX / 2,
+							PGC_POSTMASTER,
+							GUC_UNIT_KB,
+							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("amrtree");
 }
 
@@ -91,6 +201,12 @@ void
 _PG_init(void)
 {
 	amr_relopt_kind = add_reloption_kind();
+	add_string_reloption(amr_relopt_kind, "pmem_budget",
+						 "PMEM budget of the index: unlimited, a percentage of its leaf bytes (20%), or a size (64MB)",
+						 "unlimited", validate_budget, ShareUpdateExclusiveLock);
+	add_bool_reloption(amr_relopt_kind, "tiering",
+					   "Move leaves between PMEM and SSD by hotness and budget (off: everything stays on PMEM)",
+					   true, ShareUpdateExclusiveLock);
 	if (!process_shared_preload_libraries_in_progress)
 	{
 		/*
@@ -106,6 +222,7 @@ _PG_init(void)
 	define_gucs();
 	amr_shmem_init_hooks();
 	amr_directory_register_hooks();
+	amr_register_worker();
 }
 
 /* ---- handler ---- */
@@ -166,19 +283,75 @@ amrtree_handler(PG_FUNCTION_ARGS)
 
 /* ---- reloptions ---- */
 
+bool
+amr_parse_budget(const char *s, AmrBudgetKind *kind, double *value)
+{
+	char	   *end;
+	double		v;
+
+	while (*s == ' ')
+		s++;
+	if (pg_strcasecmp(s, "unlimited") == 0)
+	{
+		*kind = AMR_BUDGET_UNLIMITED;
+		*value = 0;
+		return true;
+	}
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || errno != 0 || isnan(v) || isinf(v) || v <= 0)
+		return false;
+	while (*end == ' ')
+		end++;
+	if (*end == '%')
+	{
+		if (v > 100 || end[1] != '\0')
+			return false;
+		*kind = AMR_BUDGET_FRACTION;
+		*value = v / 100.0;
+		return true;
+	}
+	if (*end == '\0' || strcmp(end, "B") == 0)
+		*value = v;
+	else if (strcmp(end, "kB") == 0)
+		*value = v * 1024.0;
+	else if (strcmp(end, "MB") == 0)
+		*value = v * 1024.0 * 1024.0;
+	else if (strcmp(end, "GB") == 0)
+		*value = v * 1024.0 * 1024.0 * 1024.0;
+	else if (strcmp(end, "TB") == 0)
+		*value = v * 1024.0 * 1024.0 * 1024.0 * 1024.0;
+	else
+		return false;
+	*kind = AMR_BUDGET_BYTES;
+	return true;
+}
+
+static void
+validate_budget(const char *value)
+{
+	AmrBudgetKind kind;
+	double		v;
+
+	if (value != NULL && !amr_parse_budget(value, &kind, &v))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid value for amrtree option \"pmem_budget\": \"%s\"", value),
+				 errdetail("Valid values are \"unlimited\", a percentage of the index's leaf bytes "
+						   "such as \"20%%\", or a size such as \"64MB\" (units B, kB, MB, GB, TB).")));
+}
+
 bytea *
 amroptions(Datum reloptions, bool validate)
 {
-	/*
-	 * No options yet; parsing through the standard machinery still rejects
-	 * unknown names with the usual error.  pmem_budget and tiering join this
-	 * table with the tiering issue.
-	 */
-	static const relopt_parse_elt tab[1];
+	static const relopt_parse_elt tab[] = {
+		{"pmem_budget", RELOPT_TYPE_STRING, offsetof(AmrOptions, pmem_budget_offset)},
+		{"tiering", RELOPT_TYPE_BOOL, offsetof(AmrOptions, tiering)}
+	};
 
 	return (bytea *) build_reloptions(reloptions, validate,
 									  amr_relopt_kind,
-									  sizeof(AmrOptions), tab, 0);
+									  sizeof(AmrOptions), tab, lengthof(tab));
 }
 
 /* ---- keys ---- */

@@ -23,6 +23,8 @@
 
 #include "core/amr_format.h"
 #include "core/amr_persist.h"
+#include "core/amr_policy.h"
+#include "core/amr_ssd.h"
 #include "core/amr_tree.h"
 
 #define AMRTREE_EXTENSION_VERSION "0.1"
@@ -32,6 +34,17 @@ extern int	amr_dram_size_kb;
 extern char *amr_pmem_path;
 extern int	amr_pmem_size_mb;
 extern int	amr_persist_mode_setting;
+extern char *amr_ssd_path;
+extern int	amr_ssd_size_mb;
+extern int	amr_io_method_setting;
+extern int	amr_ssd_sync_setting;
+extern int	amr_scan_interval_ms;
+extern double amr_decay_lambda;
+extern double amr_promote_threshold;
+extern double amr_demote_threshold;
+extern double amr_update_ratio_threshold;
+extern double amr_smo_threshold;
+extern int	amr_dram_leaf_cache_kb;
 
 /* True once _PG_init ran inside shared_preload_libraries. */
 extern bool amr_preloaded;
@@ -40,7 +53,13 @@ extern bool amr_preloaded;
 typedef struct AmrOptions
 {
 	int32		vl_len_;		/* varlena header (do not touch directly!) */
+	int			pmem_budget_offset; /* string: "unlimited", "20%", "64MB" */
+	bool		tiering;
 } AmrOptions;
+
+/* pmem_budget parsed: kind and value (fraction or bytes) */
+extern bool amr_parse_budget(const char *s, AmrBudgetKind *kind, double *value);
+extern void amr_tree_sync_options(Relation index, AmrTree *t);
 
 /* ---- shared state (amr_shmem.c) ---- */
 
@@ -71,6 +90,10 @@ extern AmrSharedState *amr_shared;
 extern AmrStore amr_store;
 extern LWLock *amr_tree_locks;
 extern LWLock *amr_leaf_locks;
+extern AmrSsdIo amr_ssd_io;		/* process-local; descriptor from the postmaster */
+extern AmrBitmap *amr_leaf_cache_used;	/* DRAM copies of leaves (rule R6) */
+extern AmrLeaf *amr_leaf_cache;
+extern uint32 amr_leaf_cache_n;
 
 extern void amr_shmem_init_hooks(void);
 extern const char *amr_pool_path_display(void);
@@ -138,13 +161,41 @@ extern uint32 amr_alloc_leaf_id(Relation index);
 extern uint32 amr_alloc_pmem_slot(Relation index);
 extern AmrLeaf *amr_leaf_resolve(Relation index, AmrTree *t, uint32 leaf_id,
 								 uint64 *word_out);
-extern void amr_leaf_access(uint32 leaf_id);
+extern void amr_leaf_validate(Relation index, AmrTree *t, uint32 leaf_id,
+							  uint64 word, const AmrLeaf *img, bool from_ssd);
+extern uint64 amr_leaf_copy(Relation index, AmrTree *t, uint32 leaf_id,
+							AmrLeaf *buf, uint64 *nsn, uint32 *rightlink);
+extern void amr_ssd_read_images(Relation index, const uint32 *slots,
+								AmrLeaf **bufs, int n);
+extern void amr_tier_write(Relation index, uint32 tier, uint32 slot, AmrLeaf *img);
+extern void amr_tier_write_ext(Relation index, uint32 tier, uint32 slot,
+							   AmrLeaf *img, bool sync);
+extern void amr_ssd_flush(Relation index);
+extern AmrLeaf *amr_alloc_leaf_buffer(void);
+extern uint64 amr_budget_leaves(const AmrTree *t, uint64 extra_leaves);
+extern uint32 amr_new_image_tier(const AmrTree *t, int new_pmem, int new_leaves);
+extern bool amr_cache_pin(AmrTree *t, uint32 leaf_id, const AmrLeaf *image);
+extern void amr_cache_unpin(AmrTree *t, uint32 leaf_id);
+extern void amr_cache_refresh(uint32 leaf_id, const AmrLeaf *image);
+extern void amr_leaf_access(uint32 leaf_id, bool write);
 
 /* pins taken by scans whose returned TIDs VACUUM must not outrun */
 extern void amr_pin_leaf(AmrTree *t, uint32 leaf_id);
 extern void amr_unpin_leaf(AmrTree *t, uint32 leaf_id);
 extern void amr_wait_for_unpin(AmrTree *t, uint32 leaf_id);
 extern void amr_pins_release_all(SubTransactionId subid);
+
+/* ---- tier manager (amr_tier.c) ---- */
+extern void amr_tier_lock(AmrTree *t);
+extern void amr_tier_unlock(void);
+extern uint64 amr_tier_cycle_tree(AmrTree *t);
+extern void amr_register_worker(void);
+
+/* open an amrtree index for an inspection function, checking SELECT on its table */
+extern Relation amr_open_index_for_inspection(Oid indexoid, LOCKMODE lockmode);
+
+/* name for messages: the index, or the tree number when no relation is open */
+extern const char *amr_index_name(Relation index, const AmrTree *t);
 
 /* ---- AM callbacks ---- */
 extern IndexBuildResult *amrbuild(Relation heap, Relation index,

@@ -48,7 +48,9 @@ typedef struct AmrPoolHeader
 	uint64_t	slots_offset;	/* byte offsets from the start of the pool */
 	uint64_t	lt_offset;
 	uint64_t	trees_offset;
-	uint64_t	reserved[6];
+	uint64_t	ssd_file_id;	/* identity of the SSD slot file this pool's
+								 * Leaf Table references; 0 before first use */
+	uint64_t	reserved[5];
 	uint64_t	initialized;	/* AMR_POOL_MAGIC once everything above is */
 } AmrPoolHeader;
 
@@ -76,8 +78,19 @@ typedef struct AmrTreeRecord
 	uint32_t	create_xid;		/* resolves BUILDING after a crash */
 	uint32_t	generation;		/* bumped on every reuse of this record */
 	uint64_t	create_lsn;
-	uint64_t	reserved[3];
+	/* placement settings, mirrored from the reloptions for the tier manager */
+	uint32_t	budget_kind;	/* AmrBudgetKind */
+	uint32_t	tiering_off;	/* reloption tiering = off */
+	double		budget_value;	/* fraction of leaf bytes, or bytes */
+	uint64_t	reserved;
 } AmrTreeRecord;
+
+typedef enum AmrBudgetKind
+{
+	AMR_BUDGET_UNLIMITED = 0,
+	AMR_BUDGET_FRACTION = 1,	/* of the index's leaf bytes */
+	AMR_BUDGET_BYTES = 2
+} AmrBudgetKind;
 
 /*
  * The Leaf Table word: {tier, slot, version} in one aligned 8-byte store.
@@ -110,7 +123,9 @@ typedef struct AmrLeafTableEntry
 	uint32_t	split_origin;	/* leaf this one was split from, or
 								 * AMR_INVALID_LEAF */
 	uint32_t	split_origin_version;	/* origin's version before the split */
-	uint32_t	reserved;
+	uint32_t	entries;		/* live entries of the image when it was
+								 * published (exact for SSD images, which are
+								 * immutable; a hint for PMEM ones) */
 	AmrFBox		mbr[2];			/* bounding box of the image of version v is
 								 * mbr[v & 1], so the box switches with the
 								 * word */

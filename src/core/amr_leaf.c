@@ -236,11 +236,27 @@ amr_leaf_reuse_dead_pmem(AmrStore *s, uint32_t leaf_id, AmrLeaf *leaf, int pos,
 	amr_persist(&dst->flags, sizeof(dst->flags));
 }
 
+/* Per-tree leaf counts by tier, kept in step with every word change. */
+static void
+count_tier(AmrStore *s, uint32_t tree_no, uint32_t tier, int delta)
+{
+	AmrTree    *t;
+
+	if (tree_no >= AMR_MAX_TREES || s->trees == NULL)
+		return;
+	t = &s->trees[tree_no];
+	if (tier == AMR_TIER_PMEM)
+		__atomic_add_fetch(&t->pmem_leaves, (uint64_t) (int64_t) delta, __ATOMIC_RELAXED);
+	else if (tier == AMR_TIER_SSD)
+		__atomic_add_fetch(&t->ssd_leaves, (uint64_t) (int64_t) delta, __ATOMIC_RELAXED);
+}
+
 void
 amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
 				   uint32_t generation, uint32_t flags,
 				   uint32_t split_origin, uint32_t origin_version,
-				   uint32_t tier, uint32_t slot, const AmrFBox *mbr)
+				   uint32_t tier, uint32_t slot, const AmrFBox *mbr,
+				   uint32_t entries)
 {
 	AmrLeafTableEntry *e = &s->lt[leaf_id];
 	uint64_t	old = amr_lt_word(s, leaf_id);
@@ -251,23 +267,27 @@ amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
 	e->flags = flags;
 	e->split_origin = split_origin;
 	e->split_origin_version = origin_version;
-	e->reserved = 0;
+	e->entries = entries;
 	e->mbr[version & 1] = *mbr;
 	amr_persist(e, sizeof(*e));
 	amr_store_persist_u64(&e->word, AMR_MAKE_WORD(tier, slot, version));
+	count_tier(s, tree_no, tier, 1);
 }
 
 uint64_t
 amr_lt_switch(AmrStore *s, uint32_t leaf_id, uint32_t tier, uint32_t slot,
-			  const AmrFBox *mbr)
+			  const AmrFBox *mbr, uint32_t entries)
 {
 	AmrLeafTableEntry *e = &s->lt[leaf_id];
 	uint64_t	old = amr_lt_word(s, leaf_id);
 	uint32_t	version = AMR_WORD_VERSION(old) + 1;
 
 	e->mbr[version & 1] = *mbr;
-	amr_persist(&e->mbr[version & 1], sizeof(AmrFBox));
+	e->entries = entries;
+	amr_persist(e, sizeof(*e));
 	amr_store_persist_u64(&e->word, AMR_MAKE_WORD(tier, slot, version));
+	count_tier(s, e->tree_no, AMR_WORD_TIER(old), -1);
+	count_tier(s, e->tree_no, tier, 1);
 	return old;
 }
 
@@ -280,6 +300,7 @@ amr_lt_release(AmrStore *s, uint32_t leaf_id)
 	amr_store_persist_u64(&e->word,
 						  AMR_MAKE_WORD(AMR_TIER_NONE, 0,
 										AMR_WORD_VERSION(old) + 1));
+	count_tier(s, e->tree_no, AMR_WORD_TIER(old), -1);
 	return old;
 }
 

@@ -7,11 +7,19 @@
  *		(used by the unit tests and the core micro-benchmark; the server
  *		composes the same pieces under its locks in amr_insert.c).
  *
- * Split protocol (DESIGN 3): both halves are written to fresh slots and made
- * durable; the new half is published in the Leaf Table recording "split
- * from (leaf, version)"; switching the old leaf's word to its new image is
- * the commit point.  Recovery discards a new half whose origin still has the
- * old version, so a crash anywhere leaves each entry in exactly one leaf.
+ * Each publication comes in two halves so that the caller can write the
+ * prepared images to whichever tier their slots are on (a PMEM copy, or an
+ * O_DIRECT write and sync to SSD) in between:
+ *
+ *	prepare:  build the images and their boxes in caller memory
+ *	(caller): make both images durable in their reserved slots
+ *	commit:   publish / switch Leaf Table words, links, inner nodes
+ *
+ * Split protocol (DESIGN 3): the new half is published in the Leaf Table
+ * recording "split from (leaf, version)"; switching the old leaf's word to
+ * its new image is the commit point.  Recovery discards a new half whose
+ * origin still has the old version, so a crash anywhere leaves each entry in
+ * exactly one leaf.
  *
  *-------------------------------------------------------------------------
  */
@@ -19,6 +27,12 @@
 #include "amr_persist.h"
 
 #include <string.h>
+
+static AmrBitmap *
+tier_bitmap(AmrStore *s, uint32_t tier)
+{
+	return tier == AMR_TIER_SSD ? s->ssd_used : s->pmem_used;
+}
 
 void
 amr_reservation_init(AmrReservation *r)
@@ -28,6 +42,8 @@ amr_reservation_init(AmrReservation *r)
 	r->new_leaf = AMR_INVALID_LEAF;
 	r->slot_left = AMR_INVALID_SLOT;
 	r->slot_right = AMR_INVALID_SLOT;
+	r->tier_left = AMR_TIER_PMEM;
+	r->tier_right = AMR_TIER_PMEM;
 	r->nnodes = 0;
 	for (i = 0; i <= AMR_MAX_HEIGHT; i++)
 		r->nodes[i] = AMR_INVALID_NODE;
@@ -41,13 +57,62 @@ amr_release_reservation(AmrStore *s, AmrReservation *r)
 	if (r->new_leaf != AMR_INVALID_LEAF)
 		amr_bitmap_clear(s->leaf_ids_used, r->new_leaf);
 	if (r->slot_left != AMR_INVALID_SLOT)
-		amr_bitmap_clear(s->pmem_used, r->slot_left);
+		amr_bitmap_clear(tier_bitmap(s, r->tier_left), r->slot_left);
 	if (r->slot_right != AMR_INVALID_SLOT)
-		amr_bitmap_clear(s->pmem_used, r->slot_right);
+		amr_bitmap_clear(tier_bitmap(s, r->tier_right), r->slot_right);
 	for (i = 0; i <= AMR_MAX_HEIGHT; i++)
 		if (r->nodes[i] != AMR_INVALID_NODE)
 			amr_node_free(s, r->nodes[i]);
 	amr_reservation_init(r);
+}
+
+static AmrStatus
+alloc_slot(AmrStore *s, uint32_t tier, uint32_t *slot)
+{
+	AmrBitmap  *bm = tier_bitmap(s, tier);
+	int64_t		v;
+
+	if (bm == NULL || (v = amr_bitmap_alloc(bm)) < 0)
+		return tier == AMR_TIER_SSD ? AMR_ERR_SSD_FULL : AMR_ERR_PMEM_FULL;
+	*slot = (uint32_t) v;
+	return AMR_OK;
+}
+
+AmrStatus
+amr_reserve(AmrStore *s, int need, uint32_t tier_left, uint32_t tier_right,
+			AmrReservation *r)
+{
+	int64_t		v;
+	int			i;
+	AmrStatus	st;
+
+	amr_reservation_init(r);
+	r->tier_left = tier_left;
+	r->tier_right = tier_right;
+	if (need > AMR_MAX_HEIGHT)
+		return AMR_ERR_TOO_TALL;
+	if ((v = amr_bitmap_alloc(s->leaf_ids_used)) < 0)
+		return AMR_ERR_LEAF_IDS_FULL;
+	r->new_leaf = (uint32_t) v;
+	if ((st = alloc_slot(s, tier_left, &r->slot_left)) != AMR_OK)
+		goto fail;
+	if (tier_right != AMR_TIER_NONE &&
+		(st = alloc_slot(s, tier_right, &r->slot_right)) != AMR_OK)
+		goto fail;
+	for (i = 0; i < need; i++)
+	{
+		if (amr_node_alloc(s, &r->nodes[i], 1) != AMR_OK)
+		{
+			st = AMR_ERR_DRAM_FULL;
+			goto fail;
+		}
+		r->nnodes++;
+	}
+	return AMR_OK;
+
+fail:
+	amr_release_reservation(s, r);
+	return st;
 }
 
 int
@@ -64,47 +129,6 @@ amr_path_nodes_needed(const AmrStore *s, const AmrPath *path)
 		need++;
 	}
 	return need + 1;			/* the root split: a new root */
-}
-
-AmrStatus
-amr_reserve(AmrStore *s, int need, AmrReservation *r)
-{
-	int64_t		v;
-	int			i;
-
-	amr_reservation_init(r);
-	if (need > AMR_MAX_HEIGHT)
-		return AMR_ERR_TOO_TALL;
-	if ((v = amr_bitmap_alloc(s->leaf_ids_used)) < 0)
-		return AMR_ERR_LEAF_IDS_FULL;
-	r->new_leaf = (uint32_t) v;
-	if ((v = amr_bitmap_alloc(s->pmem_used)) < 0)
-		goto pmem_full;
-	r->slot_left = (uint32_t) v;
-	if ((v = amr_bitmap_alloc(s->pmem_used)) < 0)
-		goto pmem_full;
-	r->slot_right = (uint32_t) v;
-	for (i = 0; i < need; i++)
-	{
-		if (amr_node_alloc(s, &r->nodes[i], 1) != AMR_OK)
-		{
-			amr_release_reservation(s, r);
-			return AMR_ERR_DRAM_FULL;
-		}
-		r->nnodes++;
-	}
-	return AMR_OK;
-
-pmem_full:
-	amr_release_reservation(s, r);
-	return AMR_ERR_PMEM_FULL;
-}
-
-static void
-reset_volatile(AmrLeafVolatile *v)
-{
-	memset(v, 0, sizeof(*v));
-	v->rightlink = AMR_INVALID_LEAF;
 }
 
 void
@@ -136,25 +160,50 @@ amr_entry_fbox(const AmrLeafEntry *e)
 	return amr_fbox_from_box(&e->key);
 }
 
+size_t
+amr_leaf_image_bytes(const AmrLeaf *img)
+{
+	return offsetof(AmrLeaf, entries) + img->hdr.nentries * sizeof(AmrLeafEntry);
+}
+
 void
-amr_publish_first_leaf(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
-					   bool nulls, AmrReservation *r)
+amr_pmem_write_image(AmrStore *s, uint32_t slot, const AmrLeaf *img)
+{
+	amr_memcpy_persist(amr_pmem_slot(s, slot), img, amr_leaf_image_bytes(img));
+}
+
+void
+amr_leaf_volatile_reset(AmrLeafVolatile *v)
+{
+	memset(v, 0, sizeof(*v));
+	v->rightlink = AMR_INVALID_LEAF;
+	v->cache_slot = -1;
+}
+
+void
+amr_first_leaf_prepare(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
+					   bool nulls, const AmrReservation *r, AmrLeaf *img)
+{
+	uint32_t	version = AMR_WORD_VERSION(amr_lt_word(s, r->new_leaf)) + 1;
+
+	amr_leaf_image_init(img, r->new_leaf, t->tree_no, t->generation, version, nulls);
+	img->entries[0] = *e;
+	img->hdr.nentries = 1;
+}
+
+void
+amr_first_leaf_commit(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
+					  bool nulls, AmrReservation *r)
 {
 	uint32_t	leaf_id = r->new_leaf;
-	uint32_t	version = AMR_WORD_VERSION(amr_lt_word(s, leaf_id)) + 1;
-	AmrLeaf    *img = amr_pmem_slot(s, r->slot_left);
 	AmrFBox		box = amr_entry_fbox(e);
 	AmrFBox		mbr = nulls ? amr_fbox_empty() : box;
 
-	amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation, version, nulls);
-	img->entries[0] = *e;
-	img->hdr.nentries = 1;
-	amr_persist(img, offsetof(AmrLeaf, entries) + sizeof(AmrLeafEntry));
-
 	amr_lt_publish_new(s, leaf_id, t->tree_no, t->generation,
 					   nulls ? AMR_LT_FLAG_NULLS : 0, AMR_INVALID_LEAF, 0,
-					   AMR_TIER_PMEM, r->slot_left, &mbr);
-	reset_volatile(&s->leaves[leaf_id]);
+					   r->tier_left, r->slot_left, &mbr, 1);
+	amr_leaf_volatile_reset(&s->leaves[leaf_id]);
+	s->leaves[leaf_id].writes_pending = 1;
 	amr_add_first_leaf(s, t, nulls, leaf_id, &box);
 	__atomic_add_fetch(&t->nleaves, 1, __ATOMIC_RELAXED);
 
@@ -163,62 +212,68 @@ amr_publish_first_leaf(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
 }
 
 void
-amr_publish_split(AmrStore *s, AmrTree *t, uint32_t leaf_id,
-				  const AmrLeaf *full, uint64_t word, const AmrPath *path,
-				  const AmrLeafEntry *e, bool nulls, AmrReservation *r,
-				  AmrLeaf *left, AmrLeaf *right)
+amr_split_prepare(AmrStore *s, AmrTree *t, uint32_t leaf_id,
+				  const AmrLeaf *full, uint64_t word, const AmrLeafEntry *e,
+				  bool nulls, const AmrReservation *r,
+				  AmrLeaf *left, AmrLeaf *right,
+				  AmrFBox *left_box, AmrFBox *right_box)
 {
 	uint32_t	old_version = AMR_WORD_VERSION(word);
 	uint32_t	right_version = AMR_WORD_VERSION(amr_lt_word(s, r->new_leaf)) + 1;
-	AmrFBox		left_box,
-				right_box;
-	AmrFBox		zero = {0, 0, 0, 0};
-	AmrLeafVolatile *lv = &s->leaves[leaf_id];
-	AmrLeafVolatile *rv = &s->leaves[r->new_leaf];
-	uint64_t	old_word;
 
 	amr_leaf_image_init(left, leaf_id, t->tree_no, t->generation, old_version + 1, nulls);
 	amr_leaf_image_init(right, r->new_leaf, t->tree_no, t->generation, right_version, nulls);
 	amr_leaf_split_images(full, e, left, right);
 	if (nulls)
-		left_box = right_box = amr_fbox_empty();
+		*left_box = *right_box = amr_fbox_empty();
 	else
 	{
-		left_box = amr_leaf_image_mbr(left);
-		right_box = amr_leaf_image_mbr(right);
+		*left_box = amr_leaf_image_mbr(left);
+		*right_box = amr_leaf_image_mbr(right);
 	}
+}
 
-	/* data first: both images durable before anything points at them */
-	amr_memcpy_nodrain(amr_pmem_slot(s, r->slot_right), right,
-					   offsetof(AmrLeaf, entries) + right->hdr.nentries * sizeof(AmrLeafEntry));
-	amr_memcpy_nodrain(amr_pmem_slot(s, r->slot_left), left,
-					   offsetof(AmrLeaf, entries) + left->hdr.nentries * sizeof(AmrLeafEntry));
-	amr_drain();
+void
+amr_split_commit(AmrStore *s, AmrTree *t, uint32_t leaf_id, uint64_t word,
+				 const AmrPath *path, bool nulls, AmrReservation *r,
+				 const AmrLeaf *left, const AmrLeaf *right,
+				 const AmrFBox *left_box, const AmrFBox *right_box)
+{
+	AmrFBox		zero = {0, 0, 0, 0};
+	AmrLeafVolatile *lv = &s->leaves[leaf_id];
+	AmrLeafVolatile *rv = &s->leaves[r->new_leaf];
+	uint64_t	old_word;
 
 	amr_lt_publish_new(s, r->new_leaf, t->tree_no, t->generation,
 					   nulls ? AMR_LT_FLAG_NULLS : 0,
-					   leaf_id, old_version, AMR_TIER_PMEM, r->slot_right, &right_box);
+					   leaf_id, AMR_WORD_VERSION(word), r->tier_right, r->slot_right,
+					   right_box, (uint32_t) right->hdr.nentries);
 	/* commit point */
-	old_word = amr_lt_switch(s, leaf_id, AMR_TIER_PMEM, r->slot_left, &left_box);
+	old_word = amr_lt_switch(s, leaf_id, r->tier_left, r->slot_left, left_box,
+							 (uint32_t) left->hdr.nentries);
 	amr_free_word_slot(s, old_word);
 
 	/*
 	 * GiST-style links, so that scans which collected their leaves before
 	 * the split find the moved entries: the right half inherits the old NSN
-	 * and right link, the left half gets a new NSN and points right.
+	 * and right link, the left half gets a new NSN and points right.  The
+	 * halves share the hotness the leaf had.
 	 */
-	reset_volatile(rv);
+	amr_leaf_volatile_reset(rv);
 	rv->nsn = lv->nsn;
 	rv->rightlink = lv->rightlink;
 	rv->hotness = lv->hotness;
-	rv->last_access = lv->last_access;
+	rv->update_hot = lv->update_hot;
+	rv->smo_hot = lv->smo_hot;
+	rv->last_fold = lv->last_fold;
+	rv->splits_pending = 1;
+	rv->writes_pending = 1;
 	lv->nsn = __atomic_add_fetch(&t->nsn, 1, __ATOMIC_SEQ_CST);
 	lv->rightlink = r->new_leaf;
-	lv->smo_count++;
-	rv->smo_count = lv->smo_count;
+	__atomic_add_fetch(&lv->splits_pending, 1, __ATOMIC_RELAXED);
 
-	amr_apply_leaf_split(s, t, nulls, path, nulls ? &zero : &left_box,
-						 r->new_leaf, nulls ? &zero : &right_box, r->nodes);
+	amr_apply_leaf_split(s, t, nulls, path, nulls ? &zero : left_box,
+						 r->new_leaf, nulls ? &zero : right_box, r->nodes);
 	__atomic_add_fetch(&t->nleaves, 1, __ATOMIC_RELAXED);
 
 	r->new_leaf = AMR_INVALID_LEAF;
@@ -242,6 +297,9 @@ amr_insert_single(AmrStore *s, AmrTree *t, const AmrLeafEntry *e)
 	{
 		uint64_t	word = amr_lt_word(s, leaf_id);
 		AmrLeaf    *leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
+		AmrFBox		lbox,
+					rbox;
+		int			dead;
 
 		if (!nulls)
 			amr_path_enlarge(s, &path, &box);
@@ -251,22 +309,31 @@ amr_insert_single(AmrStore *s, AmrTree *t, const AmrLeafEntry *e)
 			__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
 			return AMR_OK;
 		}
-		if (amr_leaf_find_dead(leaf) >= 0)
+		if ((dead = amr_leaf_find_dead(leaf)) >= 0)
 		{
-			amr_leaf_reuse_dead_pmem(s, leaf_id, leaf, amr_leaf_find_dead(leaf), e, &box);
+			amr_leaf_reuse_dead_pmem(s, leaf_id, leaf, dead, e, &box);
 			__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
 			return AMR_OK;
 		}
-		if ((st = amr_reserve(s, amr_path_nodes_needed(s, &path), &r)) != AMR_OK)
+		st = amr_reserve(s, amr_path_nodes_needed(s, &path), AMR_TIER_PMEM,
+						 AMR_TIER_PMEM, &r);
+		if (st != AMR_OK)
 			return st;
-		amr_publish_split(s, t, leaf_id, leaf, word, &path, e, nulls, &r,
-						  &left, &right);
+		amr_split_prepare(s, t, leaf_id, leaf, word, e, nulls, &r, &left, &right,
+						  &lbox, &rbox);
+		amr_memcpy_nodrain(amr_pmem_slot(s, r.slot_right), &right, amr_leaf_image_bytes(&right));
+		amr_memcpy_nodrain(amr_pmem_slot(s, r.slot_left), &left, amr_leaf_image_bytes(&left));
+		amr_drain();
+		amr_split_commit(s, t, leaf_id, word, &path, nulls, &r, &left, &right,
+						 &lbox, &rbox);
 	}
 	else
 	{
-		if ((st = amr_reserve(s, 0, &r)) != AMR_OK)
+		if ((st = amr_reserve(s, 0, AMR_TIER_PMEM, AMR_TIER_NONE, &r)) != AMR_OK)
 			return st;
-		amr_publish_first_leaf(s, t, e, nulls, &r);
+		amr_first_leaf_prepare(s, t, e, nulls, &r, &left);
+		amr_pmem_write_image(s, r.slot_left, &left);
+		amr_first_leaf_commit(s, t, e, nulls, &r);
 	}
 	amr_release_reservation(s, &r);
 	__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);

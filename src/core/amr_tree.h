@@ -59,13 +59,18 @@ typedef struct AmrLeafVolatile
 {
 	uint64_t	nsn;			/* tree split counter when this leaf last split */
 	uint32_t	rightlink;		/* leaf created by that split */
-	uint32_t	accesses;
-	double		hotness;		/* h = h * exp(-lambda * dt) + 1 per access */
-	double		last_access;	/* seconds, for the decay */
-	uint32_t	updates;		/* appends and rewrites (update ratio, R3) */
-	uint32_t	smo_count;		/* splits it took part in (R6) */
 	uint32_t	pins;			/* scans that may still return its entries */
+	/* accesses since the tier manager last folded them in (atomic adds) */
+	uint32_t	reads_pending;
+	uint32_t	writes_pending;
+	uint32_t	splits_pending;
+	int32_t		cache_slot;		/* DRAM copy (rule R6), or -1 */
+	/* decayed scores, maintained by the tier manager (paper 3.5) */
+	float		hotness;		/* all accesses */
+	float		update_hot;		/* writes: appends, rewrites (R3) */
+	float		smo_hot;		/* splits (R6) */
 	uint32_t	flags;
+	double		last_fold;		/* when the scores were last decayed */
 } AmrLeafVolatile;
 
 /* DRAM descriptor of one tree (index), indexed by tree number. */
@@ -82,6 +87,24 @@ typedef struct AmrTree
 	uint64_t	ninner;			/* atomic */
 	uint64_t	nsn;			/* atomic split counter (GiST's NSN idea) */
 	uint64_t	pinned;			/* atomic: leaf pins held by scans */
+	/* leaves per tier, maintained by the Leaf Table functions (atomic) */
+	uint64_t	pmem_leaves;
+	uint64_t	ssd_leaves;
+	uint64_t	dram_leaves;	/* leaves with a DRAM copy (R6) */
+	/* placement settings (from the tree record) */
+	uint32_t	budget_kind;
+	bool		tiering;
+	double		budget_value;
+	/* tier manager */
+	uint32_t	tier_busy;		/* atomic: a cycle is running */
+	uint64_t	promotions;
+	uint64_t	demotions;
+	uint64_t	budget_demotions;
+	uint64_t	rule_demotions;
+	uint64_t	write_promotions;	/* SSD leaves rewritten to PMEM by writes */
+	uint64_t	bytes_moved;
+	uint64_t	scans;
+	double		last_scan;		/* seconds since the Unix epoch, 0 = never */
 } AmrTree;
 
 /*
@@ -100,6 +123,7 @@ typedef struct AmrStore
 
 	AmrBitmap  *pmem_used;		/* bit set = slot referenced or reserved */
 	AmrBitmap  *ssd_used;		/* NULL when there is no SSD tier */
+	uint32_t	ssd_nslots;
 	AmrBitmap  *leaf_ids_used;
 	AmrBitmap  *nodes_used;
 	AmrInnerNode *nodes;
@@ -200,15 +224,18 @@ extern void amr_leaf_reuse_dead_pmem(AmrStore *s, uint32_t leaf_id, AmrLeaf *lea
 extern void amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
 							   uint32_t generation, uint32_t flags,
 							   uint32_t split_origin, uint32_t origin_version,
-							   uint32_t tier, uint32_t slot, const AmrFBox *mbr);
+							   uint32_t tier, uint32_t slot, const AmrFBox *mbr,
+							   uint32_t entries);
 
 /*
  * Switch an existing leaf to a new image: store the MBR for the next
- * version, persist, then store and persist the new word.  Returns the old
- * word so the caller can reclaim the old slot.
+ * version (and the image's entry count), persist, then store and persist
+ * the new word.  Returns the old word so the caller can reclaim the old
+ * slot.  These functions also keep the tree's per-tier leaf counts.
  */
 extern uint64_t amr_lt_switch(AmrStore *s, uint32_t leaf_id, uint32_t tier,
-							  uint32_t slot, const AmrFBox *mbr);
+							  uint32_t slot, const AmrFBox *mbr,
+							  uint32_t entries);
 
 /* Mark a leaf id free (version still grows); returns the old word. */
 extern uint64_t amr_lt_release(AmrStore *s, uint32_t leaf_id);
@@ -335,48 +362,77 @@ extern void amr_rstar_split(const AmrFBox *boxes, int n, int min_fill,
 /*
  * What a split (or a tree's first leaf) may consume, reserved before the
  * first persistent change so that running out of anything fails cleanly.
+ * Each slot is on a tier chosen by the caller (placement policy).
  */
 typedef struct AmrReservation
 {
 	uint32_t	new_leaf;
 	uint32_t	slot_left;
 	uint32_t	slot_right;
+	uint32_t	tier_left;
+	uint32_t	tier_right;
 	int			nnodes;
 	uint32_t	nodes[AMR_MAX_HEIGHT + 1];
 } AmrReservation;
 
 extern void amr_reservation_init(AmrReservation *r);
-/* Reserve a leaf id, two slots and "need" inner nodes, all or nothing. */
-extern AmrStatus amr_reserve(AmrStore *s, int need, AmrReservation *r);
 
-/* Inner nodes a split of the leaf at the end of "path" will consume. */
-extern int	amr_path_nodes_needed(const AmrStore *s, const AmrPath *path);
+/*
+ * Reserve a leaf id, a slot on tier_left, a slot on tier_right (unless
+ * AMR_TIER_NONE) and "need" inner nodes: all or nothing.
+ */
+extern AmrStatus amr_reserve(AmrStore *s, int need, uint32_t tier_left,
+							 uint32_t tier_right, AmrReservation *r);
 
 /* Return whatever the operation did not consume. */
 extern void amr_release_reservation(AmrStore *s, AmrReservation *r);
+
+/* Inner nodes a split of the leaf at the end of "path" will consume. */
+extern int	amr_path_nodes_needed(const AmrStore *s, const AmrPath *path);
 
 extern AmrFBox amr_entry_fbox(const AmrLeafEntry *e);
 
 /* Return the slot a (former) Leaf Table word referenced to its bitmap. */
 extern void amr_free_word_slot(AmrStore *s, uint64_t word);
 
-/* Publish the first leaf of an empty side.  Tree held exclusively. */
-extern void amr_publish_first_leaf(AmrStore *s, AmrTree *t,
-								   const AmrLeafEntry *e, bool nulls,
-								   AmrReservation *r);
+/* Bytes of an image that carry meaning (header and entries). */
+extern size_t amr_leaf_image_bytes(const AmrLeaf *img);
+
+/* Copy an image into a PMEM slot and persist it. */
+extern void amr_pmem_write_image(AmrStore *s, uint32_t slot, const AmrLeaf *img);
+
+extern void amr_leaf_volatile_reset(AmrLeafVolatile *v);
+
+/*
+ * A tree side's first leaf: prepare the image (for r->new_leaf, holding e);
+ * the caller makes it durable in r->slot_left; commit publishes it and
+ * links it into the empty root.  Tree held exclusively.
+ */
+extern void amr_first_leaf_prepare(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
+								   bool nulls, const AmrReservation *r, AmrLeaf *img);
+extern void amr_first_leaf_commit(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
+								  bool nulls, AmrReservation *r);
 
 /*
  * Split the full leaf (image "full", Leaf Table word "word") reached by
- * "path", adding entry e.  left/right are scratch images.  Tree and leaf
- * held exclusively; the path's boxes already cover e.
+ * "path", adding entry e: prepare builds the left image (keeps the leaf id,
+ * goes to r->slot_left) and the right image (r->new_leaf, r->slot_right);
+ * the caller makes both durable; commit publishes the right half, switches
+ * the left (the commit point), frees the old slot, sets the right links and
+ * updates the inner nodes.  Tree and leaf held exclusively; the path's boxes
+ * already cover e.
  */
-extern void amr_publish_split(AmrStore *s, AmrTree *t, uint32_t leaf_id,
+extern void amr_split_prepare(AmrStore *s, AmrTree *t, uint32_t leaf_id,
 							  const AmrLeaf *full, uint64_t word,
-							  const AmrPath *path, const AmrLeafEntry *e,
-							  bool nulls, AmrReservation *r,
-							  AmrLeaf *left, AmrLeaf *right);
+							  const AmrLeafEntry *e, bool nulls,
+							  const AmrReservation *r, AmrLeaf *left, AmrLeaf *right,
+							  AmrFBox *left_box, AmrFBox *right_box);
+extern void amr_split_commit(AmrStore *s, AmrTree *t, uint32_t leaf_id, uint64_t word,
+							 const AmrPath *path, bool nulls, AmrReservation *r,
+							 const AmrLeaf *left, const AmrLeaf *right,
+							 const AmrFBox *left_box, const AmrFBox *right_box);
 
-/* Single-threaded insert for tools and tests (no locking). */
+/* Single-threaded insert for tools and tests (no locking, PMEM only). */
 extern AmrStatus amr_insert_single(AmrStore *s, AmrTree *t, const AmrLeafEntry *e);
 
 /* ---- Checks (amr_check.c) ---- */

@@ -575,7 +575,7 @@ test_bulk_pack(void)
 		amr_leaf_image_init(leaf, (uint32_t) id, 2, 1, 1, false);
 		leaf->hdr.nentries = 0;
 		amr_lt_publish_new(&st, (uint32_t) id, 2, 1, 0, AMR_INVALID_LEAF, 0,
-						   AMR_TIER_PMEM, (uint32_t) slot, &f);
+						   AMR_TIER_PMEM, (uint32_t) slot, &f, 0);
 		items[i].box = f;
 		items[i].ref = (uint32_t) id;
 	}
@@ -632,7 +632,7 @@ test_dram_full(void)
 			break;
 	}
 	before = amr_bitmap_count(st.nodes_used);
-	CHECK(amr_reserve(&st, 1, &r) == AMR_ERR_DRAM_FULL, "reservation should fail");
+	CHECK(amr_reserve(&st, 1, AMR_TIER_PMEM, AMR_TIER_PMEM, &r) == AMR_ERR_DRAM_FULL, "reservation should fail");
 	CHECK(amr_bitmap_count(st.nodes_used) == before, "failed reservation leaked nodes");
 	CHECK(amr_bitmap_count(st.pmem_used) == 0, "failed reservation leaked slots");
 	CHECK(amr_bitmap_count(st.leaf_ids_used) == 0, "failed reservation leaked leaf ids");

@@ -1,0 +1,722 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_tier.c
+ *		The tier manager: hotness, rules R3-R6, budget enforcement and
+ *		migration between PMEM and SSD (paper 3.2 b-c, 3.5-3.10, Algorithms
+ *		2-4), run by the "amrtree tier manager" background worker every
+ *		amrtree.scan_interval and on demand by amrtree_settle().
+ *
+ * One cycle over a tree:
+ *
+ *	scan      fold each leaf's access counts into its decayed scores and
+ *			  apply the rules (core/amr_policy.c);
+ *	R6        hold a DRAM copy of leaves in frequent splits, release it when
+ *			  they calm down;
+ *	plan      rule demotions, promotions that fit the budget, and budget
+ *			  demotions of the coldest PMEM leaves;
+ *	migrate   copy -> persist -> switch the Leaf Table word -> reclaim.
+ *
+ * A migration reads the leaf and writes its new copy with no lock held
+ * (SSD images are immutable while referenced; a PMEM image is copied under
+ * the leaf lock in shared mode), then takes the leaf lock exclusively only
+ * to check that nothing changed and to switch the word.  The old slot is
+ * returned after the switch, with the lock held, so no reader can still be
+ * reading it (SSD readers hold no lock but re-check the word after their
+ * read).  Queries never wait for I/O done by the tier manager, and stay
+ * correct whether it runs or not.
+ *
+ * Cycles of one tree are serialised by tier_busy (the worker, settle, and
+ * amrtree_check); waiting for it is interruptible.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amrtree.h"
+
+#include <math.h>
+
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/geo_decls.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+
+PGDLLEXPORT void amr_tier_worker_main(Datum arg);
+
+/* the tree whose tier_busy this process holds, released on error and exit */
+static AmrTree *held_tier_tree = NULL;
+static bool exit_callback_registered = false;
+
+static double
+now_seconds(void)
+{
+	/* seconds since the Unix epoch, for the decay and for last_scan */
+	return (double) GetCurrentTimestamp() / USECS_PER_SEC +
+		(double) ((POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY);
+}
+
+static void
+release_tier_on_exit(int code, Datum arg)
+{
+	amr_tier_unlock();
+}
+
+static bool
+tier_trylock(AmrTree *t)
+{
+	uint32		expected = 0;
+
+	if (!exit_callback_registered)
+	{
+		before_shmem_exit(release_tier_on_exit, (Datum) 0);
+		exit_callback_registered = true;
+	}
+	if (!__atomic_compare_exchange_n(&t->tier_busy, &expected, (uint32) MyProcPid,
+									 false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return false;
+	held_tier_tree = t;
+	return true;
+}
+
+void
+amr_tier_lock(AmrTree *t)
+{
+	while (!tier_trylock(t))
+	{
+		CHECK_FOR_INTERRUPTS();
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10L, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/* Release the tier lock this process holds, if any (also in abort paths). */
+void
+amr_tier_unlock(void)
+{
+	if (held_tier_tree != NULL)
+	{
+		__atomic_store_n(&held_tier_tree->tier_busy, 0, __ATOMIC_RELEASE);
+		held_tier_tree = NULL;
+	}
+}
+
+static AmrPolicyParams
+current_params(void)
+{
+	AmrPolicyParams p;
+
+	p.lambda = amr_decay_lambda;
+	p.theta_up = amr_promote_threshold;
+	p.theta_down = Min(amr_demote_threshold, amr_promote_threshold);
+	p.phi = amr_update_ratio_threshold;
+	p.psi = amr_smo_threshold;
+	return p;
+}
+
+/*
+ * Move one leaf to tier "to" (paper Algorithms 3 and 4).  Returns true if it
+ * moved; false if it changed meanwhile, is held in DRAM, or the target tier
+ * is full (the next cycle tries again).
+ */
+static bool
+migrate_leaf(AmrTree *t, uint32 leaf_id, uint32 to, AmrLeaf *buf)
+{
+	AmrStore   *s = &amr_store;
+	AmrBitmap  *bm = to == AMR_TIER_SSD ? s->ssd_used : s->pmem_used;
+	uint64		word;
+	uint64		old;
+	int64		slot;
+	bool		moved = false;
+
+	if (bm == NULL || s->leaves[leaf_id].cache_slot >= 0)
+		return false;
+	word = amr_leaf_copy(NULL, t, leaf_id, buf, NULL, NULL);
+	if (word == 0 || AMR_WORD_TIER(word) == to)
+		return false;
+
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	slot = amr_bitmap_alloc(bm);
+	if (slot < 0)
+	{
+		LWLockRelease(&amr_shared->publish_lock);
+		return false;
+	}
+	PG_TRY();
+	{
+		/* copy -> persist: the image as it will be once the word switches */
+		buf->hdr.version = AMR_WORD_VERSION(word) + 1;
+		amr_tier_write(NULL, to, (uint32) slot, buf);
+
+		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+		if (amr_lt_word(s, leaf_id) == word && s->leaves[leaf_id].cache_slot < 0)
+		{
+			bool		unchanged = true;
+
+			/* a PMEM image may have taken appends in place since we copied it */
+			if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+			{
+				const AmrLeaf *now = amr_pmem_slot(s, AMR_WORD_SLOT(word));
+
+				unchanged = now->hdr.nentries == buf->hdr.nentries &&
+					memcmp(now->entries, buf->entries,
+						   buf->hdr.nentries * sizeof(AmrLeafEntry)) == 0;
+			}
+			if (unchanged)
+			{
+				AmrFBox		mbr = amr_lt_mbr(s, leaf_id, word);
+
+				/* switch (the commit point) -> reclaim */
+				START_CRIT_SECTION();
+				old = amr_lt_switch(s, leaf_id, to, (uint32) slot, &mbr,
+									(uint32) amr_leaf_live_entries(buf));
+				amr_free_word_slot(s, old);
+				END_CRIT_SECTION();
+				moved = true;
+			}
+		}
+		LWLockRelease(amr_leaf_lock(leaf_id));
+	}
+	PG_CATCH();
+	{
+		amr_bitmap_clear(bm, (uint64) slot);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (!moved)
+		amr_bitmap_clear(bm, (uint64) slot);
+	LWLockRelease(&amr_shared->publish_lock);
+	return moved;
+}
+
+/* Rule R6: hold a DRAM copy of the leaf (or let it go). */
+static void
+set_dram_hold(AmrTree *t, uint32 leaf_id, bool hold, AmrLeaf *buf)
+{
+	AmrStore   *s = &amr_store;
+	uint64		word;
+
+	if (!hold)
+	{
+		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+		amr_cache_unpin(t, leaf_id);
+		LWLockRelease(amr_leaf_lock(leaf_id));
+		return;
+	}
+	word = amr_leaf_copy(NULL, t, leaf_id, buf, NULL, NULL);
+	if (word == 0)
+		return;
+	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+	if (amr_lt_word(s, leaf_id) == word)
+	{
+		const AmrLeaf *cur = buf;
+
+		/* a PMEM image may have taken appends since the copy: take it now */
+		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+			cur = amr_pmem_slot(s, AMR_WORD_SLOT(word));
+		amr_cache_pin(t, leaf_id, cur);
+	}
+	LWLockRelease(amr_leaf_lock(leaf_id));
+}
+
+/* Candidates of one tree, gathered by one pass over the Leaf Table. */
+typedef struct TreeCands
+{
+	AmrCandidate *c;
+	size_t		n;
+	uint32	   *hold;			/* leaves to pin (R6) */
+	size_t		nhold;
+	uint32	   *release;		/* leaves to unpin */
+	size_t		nrelease;
+} TreeCands;
+
+static void
+gather(AmrTree *only, TreeCands *per_tree, double now, const AmrPolicyParams *p)
+{
+	AmrStore   *s = &amr_store;
+	uint32		id;
+
+	for (id = 0; id < s->lt_capacity; id++)
+	{
+		const AmrLeafTableEntry *e = &s->lt[id];
+		uint64		word = amr_lt_word(s, id);
+		AmrLeafVolatile *v = &s->leaves[id];
+		TreeCands  *tc;
+		AmrCandidate *c;
+		AmrRule		rule;
+		bool		pin;
+		AmrWant		want;
+		AmrTree    *t;
+
+		if ((id & 0xFFFF) == 0)
+			CHECK_FOR_INTERRUPTS();
+		if (AMR_WORD_TIER(word) == AMR_TIER_NONE || e->tree_no >= AMR_MAX_TREES)
+			continue;
+		t = &s->trees[e->tree_no];
+		if ((only != NULL && t != only) || e->tree_generation != t->generation ||
+			amr_store.tree_records[e->tree_no].state != AMR_TREE_VALID)
+			continue;
+		tc = &per_tree[only ? 0 : e->tree_no];
+		if (tc->c == NULL)
+			continue;			/* a tree not scanned in this cycle */
+
+		amr_hotness_fold(v, now, p->lambda);
+		want = amr_place(v, p, &rule, &pin);
+		if (pin && v->cache_slot < 0)
+			tc->hold[tc->nhold++] = id;
+		else if (!pin && v->cache_slot >= 0)
+			tc->release[tc->nrelease++] = id;
+		c = &tc->c[tc->n++];
+		c->leaf_id = id;
+		c->tier = (uint8) AMR_WORD_TIER(word);
+		c->want = (uint8) want;
+		c->rule = (uint8) rule;
+		c->pinned = pin || v->cache_slot >= 0;
+		c->hotness = v->hotness;
+	}
+}
+
+/* Plan and carry out the moves of one tree.  Returns the number of moves. */
+static uint64
+tree_cycle(AmrTree *t, TreeCands *tc, AmrLeaf *buf)
+{
+	AmrMove    *moves;
+	size_t		nmoves;
+	size_t		i;
+	uint64		moved = 0;
+	bool		can_demote = amr_store.ssd_used != NULL;
+
+	for (i = 0; i < tc->nrelease; i++)
+		set_dram_hold(t, tc->release[i], false, buf);
+	for (i = 0; i < tc->nhold; i++)
+		set_dram_hold(t, tc->hold[i], true, buf);
+
+	moves = palloc(sizeof(AmrMove) * (tc->n + 1));
+	if (t->tiering)
+		nmoves = amr_plan_moves(tc->c, tc->n, amr_budget_leaves(t, 0), can_demote, moves);
+	else
+	{
+		/* tiering off: everything belongs on PMEM (e.g. after ALTER INDEX) */
+		nmoves = 0;
+		for (i = 0; i < tc->n; i++)
+			if (tc->c[i].tier == AMR_TIER_SSD)
+			{
+				moves[nmoves].leaf_id = tc->c[i].leaf_id;
+				moves[nmoves].kind = AMR_MOVE_PROMOTE;
+				nmoves++;
+			}
+	}
+
+	for (i = 0; i < nmoves; i++)
+	{
+		bool		promote = moves[i].kind == AMR_MOVE_PROMOTE;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!migrate_leaf(t, moves[i].leaf_id, promote ? AMR_TIER_PMEM : AMR_TIER_SSD, buf))
+			continue;
+		moved++;
+		__atomic_add_fetch(&t->bytes_moved, AMR_SLOT_SIZE, __ATOMIC_RELAXED);
+		if (promote)
+			__atomic_add_fetch(&t->promotions, 1, __ATOMIC_RELAXED);
+		else
+		{
+			__atomic_add_fetch(&t->demotions, 1, __ATOMIC_RELAXED);
+			if (moves[i].kind == AMR_MOVE_DEMOTE_BUDGET)
+				__atomic_add_fetch(&t->budget_demotions, 1, __ATOMIC_RELAXED);
+			else
+				__atomic_add_fetch(&t->rule_demotions, 1, __ATOMIC_RELAXED);
+		}
+	}
+	pfree(moves);
+	__atomic_add_fetch(&t->scans, 1, __ATOMIC_RELAXED);
+	t->last_scan = now_seconds();
+	return moved;
+}
+
+static void
+alloc_cands(TreeCands *tc, AmrTree *t)
+{
+	size_t		n = (size_t) (__atomic_load_n(&t->pmem_leaves, __ATOMIC_RELAXED) +
+							  __atomic_load_n(&t->ssd_leaves, __ATOMIC_RELAXED)) + 64;
+
+	/* leaves may be added while we gather: leave some room, and bound it */
+	n = Min(n * 2, (size_t) amr_store.lt_capacity + 1);
+	tc->c = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(AmrCandidate) * n);
+	tc->hold = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * n);
+	tc->release = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) * n);
+	tc->n = tc->nhold = tc->nrelease = 0;
+}
+
+/* One cycle over one tree (settle); caller holds its tier lock. */
+uint64
+amr_tier_cycle_tree(AmrTree *t)
+{
+	AmrPolicyParams p = current_params();
+	TreeCands	tc;
+	AmrLeaf    *buf = amr_alloc_leaf_buffer();
+	uint64		moved;
+
+	if (!t->tiering && t->ssd_leaves == 0)
+		return 0;
+	memset(&tc, 0, sizeof(tc));
+	alloc_cands(&tc, t);
+	gather(t, &tc, now_seconds(), &p);
+	moved = tree_cycle(t, &tc, buf);
+	return moved;
+}
+
+/* One cycle over every tree (the worker). */
+static void
+cycle_all(void)
+{
+	AmrPolicyParams p = current_params();
+	TreeCands  *per_tree = palloc0(sizeof(TreeCands) * AMR_MAX_TREES);
+	AmrLeaf    *buf = amr_alloc_leaf_buffer();
+	uint32		tn;
+	bool		any = false;
+
+	for (tn = 0; tn < AMR_MAX_TREES; tn++)
+	{
+		AmrTree    *t = &amr_store.trees[tn];
+
+		if (amr_store.tree_records[tn].state != AMR_TREE_VALID ||
+			(!t->tiering && t->ssd_leaves == 0))
+			continue;
+		alloc_cands(&per_tree[tn], t);
+		any = true;
+	}
+	if (!any)
+		return;
+	gather(NULL, per_tree, now_seconds(), &p);
+	for (tn = 0; tn < AMR_MAX_TREES; tn++)
+	{
+		AmrTree    *t = &amr_store.trees[tn];
+
+		if (per_tree[tn].c == NULL || !tier_trylock(t))
+			continue;			/* settle or a check is busy with it */
+		PG_TRY();
+		{
+			tree_cycle(t, &per_tree[tn], buf);
+		}
+		PG_FINALLY();
+		{
+			amr_tier_unlock();
+		}
+		PG_END_TRY();
+	}
+}
+
+void
+amr_tier_worker_main(Datum arg)
+{
+	MemoryContext cxt;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	cxt = AllocSetContextCreate(TopMemoryContext, "amrtree tier manager",
+								ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(cxt);
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	for (;;)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 (long) amr_scan_interval_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (!amr_is_ready())
+			continue;
+
+		/*
+		 * An ERROR (an unreadable SSD slot, say) ends this cycle, not the
+		 * worker: report it, release what we held, and try again next time.
+		 */
+		PG_TRY();
+		{
+			pgstat_report_activity(STATE_RUNNING, "scanning amrtree leaves");
+			amr_require_ready();
+			cycle_all();
+			pgstat_report_activity(STATE_IDLE, NULL);
+		}
+		PG_CATCH();
+		{
+			HOLD_INTERRUPTS();
+			EmitErrorReport();
+			FlushErrorState();
+			LWLockReleaseAll();
+			amr_tier_unlock();
+			pgstat_report_wait_end();
+			RESUME_INTERRUPTS();
+			pgstat_report_activity(STATE_IDLE, NULL);
+		}
+		PG_END_TRY();
+		MemoryContextReset(cxt);
+	}
+}
+
+void
+amr_register_worker(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	snprintf(worker.bgw_name, BGW_MAXLEN, "amrtree tier manager");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "amrtree tier manager");
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
+	/* after recovery: the startup reconciliation needs the commit log */
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 5;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "amrtree");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "amr_tier_worker_main");
+	RegisterBackgroundWorker(&worker);
+}
+
+/* ---- SQL functions ---- */
+
+PG_FUNCTION_INFO_V1(amrtree_settle);
+PG_FUNCTION_INFO_V1(amrtree_tier_stats);
+PG_FUNCTION_INFO_V1(amrtree_migration_stats);
+PG_FUNCTION_INFO_V1(amrtree_leaf_table);
+
+static void
+wait_seconds(double seconds)
+{
+	TimestampTz end = GetCurrentTimestamp() + (TimestampTz) (seconds * USECS_PER_SEC);
+
+	for (;;)
+	{
+		long		ms = (long) ((end - GetCurrentTimestamp()) / 1000);
+
+		if (ms <= 0)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(ms, 1000L), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+static uint64
+settle_cycle(AmrTree *t)
+{
+	uint64		moved;
+
+	amr_tier_lock(t);
+	PG_TRY();
+	{
+		moved = amr_tier_cycle_tree(t);
+	}
+	PG_FINALLY();
+	{
+		amr_tier_unlock();
+	}
+	PG_END_TRY();
+	return moved;
+}
+
+/*
+ * Paper 3.2 c: scan + budget check + queue processing now, sleep, and again,
+ * repeated until a cycle has nothing left to move.  Returns the moves made.
+ */
+Datum
+amrtree_settle(PG_FUNCTION_ARGS)
+{
+	Oid			indexoid = PG_GETARG_OID(0);
+	double		seconds = PG_ARGISNULL(1) ? 5.0 : PG_GETARG_FLOAT8(1);
+	Relation	index;
+	AmrTree    *t;
+	uint64		moved;
+	uint64		last;
+	int			rounds = 0;
+
+	if (isnan(seconds) || seconds < 0 || seconds > 3600)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("settle_seconds must be between 0 and 3600")));
+	index = amr_open_index_for_inspection(indexoid, AccessShareLock);
+	t = amr_tree_open(index);
+
+	moved = settle_cycle(t);
+	wait_seconds(seconds);
+	do
+	{
+		last = settle_cycle(t);
+		moved += last;
+	} while (last > 0 && ++rounds < 100);
+
+	index_close(index, NoLock);
+	PG_RETURN_INT64((int64) moved);
+}
+
+Datum
+amrtree_tier_stats(PG_FUNCTION_ARGS)
+{
+	Oid			indexoid = PG_GETARG_OID(0);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Relation	index;
+	AmrTree    *t;
+	uint64		budget;
+	int64		inner_bytes;
+	Datum		values[4];
+	bool		nulls[4];
+	int			i;
+
+	InitMaterializedSRF(fcinfo, 0);
+	index = amr_open_index_for_inspection(indexoid, AccessShareLock);
+	t = amr_tree_open(index);
+	inner_bytes = (int64) __atomic_load_n(&t->ninner, __ATOMIC_RELAXED) * sizeof(AmrInnerNode);
+	budget = t->budget_kind == AMR_BUDGET_UNLIMITED || !t->tiering ? UINT64_MAX
+		: amr_budget_leaves(t, 0);
+
+	for (i = 0; i < 3; i++)
+	{
+		int64		leaves;
+
+		memset(nulls, 0, sizeof(nulls));
+		if (i == 0)
+		{
+			/* DRAM: the inner nodes, and leaves held there by rule R6 */
+			leaves = (int64) __atomic_load_n(&t->dram_leaves, __ATOMIC_RELAXED);
+			values[0] = CStringGetTextDatum("dram");
+			values[2] = Int64GetDatum(inner_bytes + leaves * AMR_SLOT_SIZE);
+			nulls[3] = true;
+		}
+		else if (i == 1)
+		{
+			leaves = (int64) __atomic_load_n(&t->pmem_leaves, __ATOMIC_RELAXED);
+			values[0] = CStringGetTextDatum("pmem");
+			values[2] = Int64GetDatum(leaves * AMR_SLOT_SIZE);
+			if (budget == UINT64_MAX)
+				nulls[3] = true;
+			else
+				values[3] = Int64GetDatum(t->budget_kind == AMR_BUDGET_BYTES
+										  ? (int64) t->budget_value
+										  : (int64) budget * AMR_SLOT_SIZE);
+		}
+		else
+		{
+			leaves = (int64) __atomic_load_n(&t->ssd_leaves, __ATOMIC_RELAXED);
+			values[0] = CStringGetTextDatum("ssd");
+			values[2] = Int64GetDatum(leaves * AMR_SLOT_SIZE);
+			nulls[3] = true;
+		}
+		values[1] = Int64GetDatum(leaves);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	index_close(index, NoLock);
+	return (Datum) 0;
+}
+
+Datum
+amrtree_migration_stats(PG_FUNCTION_ARGS)
+{
+	Oid			indexoid = PG_GETARG_OID(0);
+	Relation	index;
+	AmrTree    *t;
+	TupleDesc	tupdesc;
+	Datum		values[7];
+	bool		nulls[7] = {0};
+	uint64		write_promotions;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	index = amr_open_index_for_inspection(indexoid, AccessShareLock);
+	t = amr_tree_open(index);
+	write_promotions = __atomic_load_n(&t->write_promotions, __ATOMIC_RELAXED);
+
+	/* SSD leaves rewritten to PMEM by writes count as promotions too */
+	values[0] = Int64GetDatum((int64) (__atomic_load_n(&t->promotions, __ATOMIC_RELAXED) +
+									   write_promotions));
+	values[1] = Int64GetDatum((int64) __atomic_load_n(&t->demotions, __ATOMIC_RELAXED));
+	values[2] = Int64GetDatum((int64) __atomic_load_n(&t->bytes_moved, __ATOMIC_RELAXED));
+	values[3] = Int64GetDatum((int64) __atomic_load_n(&t->budget_demotions, __ATOMIC_RELAXED));
+	values[4] = Int64GetDatum((int64) __atomic_load_n(&t->rule_demotions, __ATOMIC_RELAXED));
+	values[5] = Int64GetDatum((int64) __atomic_load_n(&t->scans, __ATOMIC_RELAXED));
+	if (t->last_scan <= 0)
+		nulls[6] = true;
+	else
+		values[6] = TimestampTzGetDatum(
+										(TimestampTz) ((t->last_scan - (double) ((POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY))
+													   * USECS_PER_SEC));
+	index_close(index, NoLock);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+Datum
+amrtree_leaf_table(PG_FUNCTION_ARGS)
+{
+	Oid			indexoid = PG_GETARG_OID(0);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Relation	index;
+	AmrTree    *t;
+	AmrStore   *s = &amr_store;
+	double		now = now_seconds();
+	uint32		id;
+
+	InitMaterializedSRF(fcinfo, 0);
+	index = amr_open_index_for_inspection(indexoid, AccessShareLock);
+	t = amr_tree_open(index);
+
+	for (id = 0; id < s->lt_capacity; id++)
+	{
+		const AmrLeafTableEntry *e = &s->lt[id];
+		uint64		word = amr_lt_word(s, id);
+		Datum		values[6];
+		bool		nulls[6] = {0};
+		AmrFBox		m;
+		int32		entries;
+
+		if ((id & 0xFFFF) == 0)
+			CHECK_FOR_INTERRUPTS();
+		if (AMR_WORD_TIER(word) == AMR_TIER_NONE || e->tree_no != t->tree_no ||
+			e->tree_generation != t->generation)
+			continue;
+		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+		{
+			LWLockAcquire(amr_leaf_lock(id), LW_SHARED);
+			word = amr_lt_word(s, id);
+			entries = AMR_WORD_TIER(word) == AMR_TIER_PMEM
+				? (int32) amr_leaf_live_entries(amr_pmem_slot(s, AMR_WORD_SLOT(word)))
+				: (int32) e->entries;
+			LWLockRelease(amr_leaf_lock(id));
+		}
+		else
+			entries = (int32) e->entries;
+		m = amr_lt_mbr(s, id, word);
+		values[0] = Int64GetDatum((int64) id);
+		values[1] = CStringGetTextDatum(AMR_WORD_TIER(word) == AMR_TIER_SSD ? "ssd" : "pmem");
+		values[2] = Int64GetDatum((int64) AMR_WORD_VERSION(word));
+		values[3] = Int32GetDatum(entries);
+		values[4] = Float8GetDatum(amr_hotness_now(&s->leaves[id], now, amr_decay_lambda));
+		if (amr_fbox_is_empty(&m) || (e->flags & AMR_LT_FLAG_NULLS))
+			nulls[5] = true;
+		else
+		{
+			BOX		   *b = palloc(sizeof(BOX));
+
+			b->low.x = m.xlo;
+			b->low.y = m.ylo;
+			b->high.x = m.xhi;
+			b->high.y = m.yhi;
+			values[5] = BoxPGetDatum(b);
+		}
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	index_close(index, NoLock);
+	return (Datum) 0;
+}

@@ -1,0 +1,165 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_policy.c
+ *		Hotness, rules and budget planning (see amr_policy.h).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amr_policy.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+void
+amr_hotness_fold(AmrLeafVolatile *v, double now, double lambda)
+{
+	uint32_t	reads = __atomic_exchange_n(&v->reads_pending, 0, __ATOMIC_RELAXED);
+	uint32_t	writes = __atomic_exchange_n(&v->writes_pending, 0, __ATOMIC_RELAXED);
+	uint32_t	splits = __atomic_exchange_n(&v->splits_pending, 0, __ATOMIC_RELAXED);
+	double		decay = 1.0;
+
+	if (v->last_fold > 0 && now > v->last_fold)
+		decay = exp(-lambda * (now - v->last_fold));
+	v->hotness = (float) (v->hotness * decay + reads + writes);
+	v->update_hot = (float) (v->update_hot * decay + writes);
+	v->smo_hot = (float) (v->smo_hot * decay + splits);
+	v->last_fold = now;
+}
+
+double
+amr_hotness_now(const AmrLeafVolatile *v, double now, double lambda)
+{
+	double		decay = 1.0;
+
+	if (v->last_fold > 0 && now > v->last_fold)
+		decay = exp(-lambda * (now - v->last_fold));
+	return v->hotness * decay +
+		__atomic_load_n(&v->reads_pending, __ATOMIC_RELAXED) +
+		__atomic_load_n(&v->writes_pending, __ATOMIC_RELAXED);
+}
+
+AmrWant
+amr_place(const AmrLeafVolatile *v, const AmrPolicyParams *p, AmrRule *rule,
+		  bool *pin_dram)
+{
+	double		h = v->hotness;
+
+	*pin_dram = v->smo_hot >= p->psi;
+	if (*pin_dram)
+	{
+		*rule = AMR_RULE_R6;
+		return AMR_WANT_STAY;
+	}
+	if (h > p->theta_down && h > 0 && v->update_hot / h >= p->phi)
+	{
+		*rule = AMR_RULE_R3;
+		return AMR_WANT_PMEM;
+	}
+	if (h >= p->theta_up)
+	{
+		*rule = AMR_RULE_R4;
+		return AMR_WANT_PMEM;
+	}
+	if (h <= p->theta_down)
+	{
+		*rule = AMR_RULE_R5;
+		return AMR_WANT_SSD;
+	}
+	*rule = AMR_RULE_NONE;
+	return AMR_WANT_STAY;
+}
+
+static int
+by_hotness_asc(const void *a, const void *b)
+{
+	float		x = ((const AmrCandidate *) a)->hotness;
+	float		y = ((const AmrCandidate *) b)->hotness;
+
+	return (x > y) - (x < y);
+}
+
+/* moving flags kept in the candidate's spare bits while planning */
+#define MOVING 0x80
+
+size_t
+amr_plan_moves(AmrCandidate *c, size_t n, uint64_t budget_leaves,
+			   bool can_demote, AmrMove *moves)
+{
+	size_t		nmoves = 0;
+	uint64_t	pmem = 0;
+	size_t		i;
+	size_t		coldest = 0;
+
+	for (i = 0; i < n; i++)
+		if (c[i].tier == AMR_TIER_PMEM)
+			pmem++;
+
+	/* R5: cold leaves to SSD */
+	if (can_demote)
+	{
+		for (i = 0; i < n; i++)
+		{
+			if (c[i].tier == AMR_TIER_PMEM && !c[i].pinned && c[i].want == AMR_WANT_SSD)
+			{
+				moves[nmoves].leaf_id = c[i].leaf_id;
+				moves[nmoves].kind = AMR_MOVE_DEMOTE_RULE;
+				nmoves++;
+				c[i].rule |= MOVING;
+				pmem--;
+			}
+		}
+	}
+
+	/*
+	 * R3/R4: promotions, hottest first, while they fit the budget; past it,
+	 * a promotion displaces the coldest remaining PMEM leaf if that one is
+	 * at most half as hot (so that two leaves cannot swap back and forth).
+	 */
+	qsort(c, n, sizeof(AmrCandidate), by_hotness_asc);
+	for (i = n; i-- > 0;)
+	{
+		if (c[i].tier != AMR_TIER_SSD || c[i].pinned || c[i].want != AMR_WANT_PMEM)
+			continue;
+		if (pmem < budget_leaves)
+		{
+			moves[nmoves].leaf_id = c[i].leaf_id;
+			moves[nmoves].kind = AMR_MOVE_PROMOTE;
+			nmoves++;
+			c[i].rule |= MOVING;
+			pmem++;
+			continue;
+		}
+		if (!can_demote)
+			continue;
+		/* c is ascending by hotness: advance to the coldest movable PMEM leaf */
+		while (coldest < i && (c[coldest].tier != AMR_TIER_PMEM || c[coldest].pinned ||
+							   (c[coldest].rule & MOVING)))
+			coldest++;
+		if (coldest >= i || c[coldest].hotness * 2.0f > c[i].hotness)
+			continue;
+		moves[nmoves].leaf_id = c[coldest].leaf_id;
+		moves[nmoves].kind = AMR_MOVE_DEMOTE_BUDGET;
+		nmoves++;
+		c[coldest].rule |= MOVING;
+		moves[nmoves].leaf_id = c[i].leaf_id;
+		moves[nmoves].kind = AMR_MOVE_PROMOTE;
+		nmoves++;
+		c[i].rule |= MOVING;
+	}
+
+	/* budget: demote the coldest PMEM leaves until within it */
+	if (can_demote && pmem > budget_leaves)
+	{
+		for (i = 0; i < n && pmem > budget_leaves; i++)
+		{
+			if (c[i].tier != AMR_TIER_PMEM || c[i].pinned || (c[i].rule & MOVING))
+				continue;
+			moves[nmoves].leaf_id = c[i].leaf_id;
+			moves[nmoves].kind = AMR_MOVE_DEMOTE_BUDGET;
+			nmoves++;
+			c[i].rule |= MOVING;
+			pmem--;
+		}
+	}
+	return nmoves;
+}

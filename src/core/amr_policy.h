@@ -1,0 +1,99 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_policy.h
+ *		Placement policy (paper 3.5-3.10, Table 1): hotness with decay and
+ *		hysteresis, rules R3-R6, and budget enforcement.
+ *
+ * Hotness follows h = h * exp(-lambda * dt) + 1 per access.  To keep the
+ * access path to one relaxed atomic increment, accesses are counted per leaf
+ * and folded into the decayed scores by the tier manager at each scan: the
+ * accesses of one interval are added at its end, which matches the formula
+ * to within a factor exp(lambda * interval) for accesses inside it.
+ *
+ * Rules (evaluated for every leaf at every scan, in this order):
+ *	 R6  smo_hot >= psi                  hold a copy in DRAM, do not migrate
+ *	 R3  update_hot / hotness >= phi
+ *		 and hotness > theta_down         on PMEM (promote if on SSD)
+ *	 R4  hotness >= theta_up             on PMEM (promote if on SSD)
+ *	 R5  hotness <= theta_down           on SSD  (demote if on PMEM)
+ *	 otherwise                           stay (the hysteresis band)
+ * R1/R2 (inner nodes pinned in DRAM) hold by construction.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef AMR_POLICY_H
+#define AMR_POLICY_H
+
+#include "amr_tree.h"
+
+typedef struct AmrPolicyParams
+{
+	double		lambda;			/* decay per second */
+	double		theta_up;		/* promote at hotness >= theta_up */
+	double		theta_down;		/* demote at hotness <= theta_down */
+	double		phi;			/* update ratio for R3 */
+	double		psi;			/* split score for R6 */
+} AmrPolicyParams;
+
+typedef enum AmrWant
+{
+	AMR_WANT_STAY = 0,
+	AMR_WANT_PMEM,				/* R3 or R4 */
+	AMR_WANT_SSD				/* R5 */
+} AmrWant;
+
+typedef enum AmrRule
+{
+	AMR_RULE_NONE = 0,
+	AMR_RULE_R3,
+	AMR_RULE_R4,
+	AMR_RULE_R5,
+	AMR_RULE_R6
+} AmrRule;
+
+/* Fold the pending accesses of a leaf into its decayed scores at "now". */
+extern void amr_hotness_fold(AmrLeafVolatile *v, double now, double lambda);
+
+/* Current (decayed, pending included) hotness, without changing the state. */
+extern double amr_hotness_now(const AmrLeafVolatile *v, double now, double lambda);
+
+/* Apply the rules to folded scores; *rule says which one decided. */
+extern AmrWant amr_place(const AmrLeafVolatile *v, const AmrPolicyParams *p,
+						 AmrRule *rule, bool *pin_dram);
+
+/* One leaf of a tree as the planner sees it. */
+typedef struct AmrCandidate
+{
+	uint32_t	leaf_id;
+	uint8_t		tier;			/* AMR_TIER_PMEM or AMR_TIER_SSD */
+	uint8_t		want;			/* AmrWant */
+	uint8_t		rule;			/* AmrRule */
+	uint8_t		pinned;			/* R6: never moved */
+	float		hotness;
+} AmrCandidate;
+
+typedef enum AmrMoveKind
+{
+	AMR_MOVE_PROMOTE,			/* SSD -> PMEM, rules R3/R4 */
+	AMR_MOVE_DEMOTE_RULE,		/* PMEM -> SSD, rule R5 */
+	AMR_MOVE_DEMOTE_BUDGET		/* PMEM -> SSD, over budget: coldest first */
+} AmrMoveKind;
+
+typedef struct AmrMove
+{
+	uint32_t	leaf_id;
+	AmrMoveKind kind;
+} AmrMove;
+
+/*
+ * Plan the moves of one tree: rule demotions, promotions that fit the
+ * budget (or displace a PMEM leaf at most half as hot), and budget
+ * demotions of the coldest PMEM leaves until PMEM holds at most
+ * budget_leaves (UINT64_MAX: unlimited).  Without an SSD tier nothing is
+ * demoted.  cands is reordered.  Returns the number of moves written to
+ * "moves" (room for n).
+ */
+extern size_t amr_plan_moves(AmrCandidate *cands, size_t n, uint64_t budget_leaves,
+							 bool can_demote, AmrMove *moves);
+
+#endif							/* AMR_POLICY_H */

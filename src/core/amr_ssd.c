@@ -1,0 +1,243 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_ssd.c
+ *		SSD slot I/O with io_uring (a ring per process, created on first
+ *		use) or plain pread/pwrite.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amr_ssd.h"
+#include "amr_tree.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <liburing.h>
+
+#define AMR_RING_DEPTH 64
+
+uint32_t
+amr_ssd_header_checksum(const AmrSsdHeader *h)
+{
+	AmrSsdHeader copy = *h;
+
+	copy.checksum = 0;
+	return amr_crc32c(&copy, sizeof(copy));
+}
+
+static int
+ring_init(AmrSsdIo *io)
+{
+	struct io_uring *ring;
+	int			rc;
+
+	if (io->ring_ready)
+		return 0;
+	ring = calloc(1, sizeof(struct io_uring));
+	if (ring == NULL)
+		return -ENOMEM;
+	rc = io_uring_queue_init(AMR_RING_DEPTH, ring, 0);
+	if (rc < 0)
+	{
+		free(ring);
+		return rc;
+	}
+	io->ring = ring;
+	io->depth = AMR_RING_DEPTH;
+	io->ring_ready = true;
+	return 0;
+}
+
+void
+amr_ssd_io_close(AmrSsdIo *io)
+{
+	if (io->ring_ready)
+	{
+		io_uring_queue_exit((struct io_uring *) io->ring);
+		free(io->ring);
+		io->ring = NULL;
+		io->ring_ready = false;
+	}
+}
+
+static int
+pread_full(int fd, void *buf, uint64_t off)
+{
+	size_t		done = 0;
+
+	while (done < AMR_SLOT_SIZE)
+	{
+		ssize_t		r = pread(fd, (char *) buf + done, AMR_SLOT_SIZE - done,
+							  (off_t) (off + done));
+
+		if (r < 0)
+		{
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			return -EIO;		/* beyond the end: a truncated file */
+		done += (size_t) r;
+	}
+	return 0;
+}
+
+static int
+pwrite_full(int fd, const void *buf, uint64_t off)
+{
+	size_t		done = 0;
+
+	while (done < AMR_SLOT_SIZE)
+	{
+		ssize_t		r = pwrite(fd, (const char *) buf + done, AMR_SLOT_SIZE - done,
+							   (off_t) (off + done));
+
+		if (r < 0)
+		{
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		done += (size_t) r;
+	}
+	return 0;
+}
+
+int
+amr_ssd_read_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n)
+{
+	struct io_uring *ring;
+	int			first_error = 0;
+	int			i;
+
+	if (io->method == AMR_IO_SYNC)
+	{
+		for (i = 0; i < n; i++)
+		{
+			int			rc = pread_full(io->fd, bufs[i], amr_ssd_offset(slots[i]));
+
+			if (rc < 0)
+				return rc;
+		}
+		return 0;
+	}
+
+	if ((first_error = ring_init(io)) < 0)
+		return first_error;
+	ring = (struct io_uring *) io->ring;
+
+	for (i = 0; i < n; i += io->depth)
+	{
+		int			batch = n - i < io->depth ? n - i : io->depth;
+		int			j;
+		int			rc;
+
+		for (j = 0; j < batch; j++)
+		{
+			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+
+			io_uring_prep_read(sqe, io->fd, bufs[i + j], AMR_SLOT_SIZE,
+							   amr_ssd_offset(slots[i + j]));
+			io_uring_sqe_set_data(sqe, (void *) (uintptr_t) (i + j));
+		}
+		do
+			rc = io_uring_submit_and_wait(ring, (unsigned) batch);
+		while (rc == -EINTR);
+		if (rc < 0)
+			return rc;
+		for (j = 0; j < batch; j++)
+		{
+			struct io_uring_cqe *cqe;
+			int			res;
+			int			k;
+
+			do
+				rc = io_uring_wait_cqe(ring, &cqe);
+			while (rc == -EINTR);
+			if (rc < 0)
+				return rc;
+			res = cqe->res;
+			k = (int) (uintptr_t) io_uring_cqe_get_data(cqe);
+			io_uring_cqe_seen(ring, cqe);
+			if (res == -EAGAIN || res == -EINTR || (res >= 0 && res < AMR_SLOT_SIZE))
+			{
+				/* rare: retry this one synchronously */
+				res = pread_full(io->fd, bufs[k], amr_ssd_offset(slots[k]));
+				if (res == 0)
+					res = AMR_SLOT_SIZE;
+			}
+			if (res < 0 && first_error == 0)
+				first_error = res;
+		}
+	}
+	return first_error;
+}
+
+int
+amr_ssd_sync(AmrSsdIo *io)
+{
+	if (io->sync != AMR_SSD_SYNC_FDATASYNC)
+		return 0;
+	return fdatasync(io->fd) == 0 ? 0 : -errno;
+}
+
+int
+amr_ssd_write_slot(AmrSsdIo *io, uint32_t slot, const void *buf, bool sync)
+{
+	struct io_uring *ring;
+	struct io_uring_sqe *sqe;
+	int			rc;
+	int			i;
+	int			n = (sync && io->sync == AMR_SSD_SYNC_FDATASYNC) ? 2 : 1;
+	int			first_error = 0;
+
+	if (io->method == AMR_IO_SYNC)
+	{
+		rc = pwrite_full(io->fd, buf, amr_ssd_offset(slot));
+		if (rc < 0)
+			return rc;
+		if (n == 2 && fdatasync(io->fd) != 0)
+			return -errno;
+		return 0;
+	}
+
+	if ((rc = ring_init(io)) < 0)
+		return rc;
+	ring = (struct io_uring *) io->ring;
+	sqe = io_uring_get_sqe(ring);
+	io_uring_prep_write(sqe, io->fd, buf, AMR_SLOT_SIZE, amr_ssd_offset(slot));
+	io_uring_sqe_set_data(sqe, (void *) (uintptr_t) 1);
+	if (n == 2)
+	{
+		/* the sync runs only after the write completed */
+		sqe->flags |= IOSQE_IO_LINK;
+		sqe = io_uring_get_sqe(ring);
+		io_uring_prep_fsync(sqe, io->fd, IORING_FSYNC_DATASYNC);
+		io_uring_sqe_set_data(sqe, (void *) (uintptr_t) 2);
+	}
+	do
+		rc = io_uring_submit_and_wait(ring, (unsigned) n);
+	while (rc == -EINTR);
+	if (rc < 0)
+		return rc;
+	for (i = 0; i < n; i++)
+	{
+		struct io_uring_cqe *cqe;
+
+		do
+			rc = io_uring_wait_cqe(ring, &cqe);
+		while (rc == -EINTR);
+		if (rc < 0)
+			return rc;
+		if (cqe->res < 0 && first_error == 0)
+			first_error = cqe->res;
+		else if ((uintptr_t) io_uring_cqe_get_data(cqe) == 1 &&
+				 cqe->res >= 0 && cqe->res < AMR_SLOT_SIZE && first_error == 0)
+			first_error = -EIO; /* short write */
+		io_uring_cqe_seen(ring, cqe);
+	}
+	return first_error;
+}
