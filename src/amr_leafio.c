@@ -327,20 +327,33 @@ amr_budget_leaves(const AmrTree *t, uint64 extra_leaves)
 }
 
 /*
- * Tier for new images that add "new_pmem" leaves to PMEM if put there: PMEM
- * while the index is within its budget, SSD once it is not, so that a small
- * budget is not overshot between two scans of the tier manager (the paper's
- * 20% case reached 125%).  Without tiering, or without an SSD tier, PMEM.
+ * Tier for new images that add "new_pmem" leaves to PMEM if put there.
+ * Within the budget: PMEM.  Beyond it:
+ *
+ *	defer   PMEM anyway; the tier manager brings the index back within its
+ *			budget at its next scan (demoting the coldest leaves in batches,
+ *			one sync per batch), and amrtree_settle() exactly.  An insert never
+ *			waits for SSD I/O: a 4 KiB O_DIRECT write and fdatasync take
+ *			hundreds of microseconds on the machines we measured, an append a
+ *			microsecond or two.  Waking the tier manager at every excess was
+ *			tried and made it demote, continuously, leaves that the inserts
+ *			were about to write again.
+ *	strict  SSD: a hard cap between scans, paid for with an SSD write and
+ *			sync inside the insert.
+ *
+ * Without tiering, or without an SSD tier, always PMEM.
  */
 uint32
 amr_new_image_tier(const AmrTree *t, int new_pmem, int new_leaves)
 {
 	uint64		budget = amr_budget_leaves(t, (uint64) new_leaves);
 
-	if (budget == UINT64_MAX)
+	if (budget == UINT64_MAX ||
+		__atomic_load_n(&t->pmem_leaves, __ATOMIC_RELAXED) + (uint64) new_pmem <= budget)
 		return AMR_TIER_PMEM;
-	return __atomic_load_n(&t->pmem_leaves, __ATOMIC_RELAXED) + (uint64) new_pmem <= budget
-		? AMR_TIER_PMEM : AMR_TIER_SSD;
+	if (amr_budget_on_insert == AMR_BUDGET_INSERT_STRICT)
+		return AMR_TIER_SSD;
+	return AMR_TIER_PMEM;
 }
 
 /* ---- DRAM copies (rule R6) ---- */

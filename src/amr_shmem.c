@@ -826,6 +826,8 @@ amr_shmem_startup(void)
 		LWLockInitialize(&amr_shared->publish_lock, amr_shared->tree_tranche);
 		pg_atomic_init_u32(&amr_shared->attached, 0);
 		pg_atomic_init_u64(&amr_shared->rebuilds, 0);
+		pg_atomic_init_u32(&amr_shared->wake_pending, 0);
+		amr_shared->worker_latch = NULL;
 		/* a restart of the postmaster's children is always a crash */
 		amr_shared->unclean_start = !control_file_clean || shmem_startups > 0;
 		amr_shared->pool_id = pool_status == AMR_POOL_READY ? amr_store.header->pool_id : 0;

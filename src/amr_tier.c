@@ -123,79 +123,141 @@ current_params(void)
 	return p;
 }
 
+/* One leaf on its way to another tier. */
+typedef struct Migration
+{
+	uint32		leaf_id;
+	uint64		word;			/* the word when we copied the image */
+	int64		slot;			/* reserved on the target tier, -1 if none */
+	AmrLeaf    *img;			/* the copy, with the next version stamped */
+} Migration;
+
 /*
- * Move one leaf to tier "to" (paper Algorithms 3 and 4).  Returns true if it
- * moved; false if it changed meanwhile, is held in DRAM, or the target tier
- * is full (the next cycle tries again).
+ * Copy -> write the leaf's image to a new slot on tier "to" (paper
+ * Algorithms 3 and 4), with no lock held.  SSD writes are not synced here:
+ * the caller syncs a whole batch once.  Caller holds the publish lock in
+ * shared mode (the slot is reserved but not yet published).  Returns false
+ * if there is nothing to do or the target tier is full.
  */
 static bool
-migrate_leaf(AmrTree *t, uint32 leaf_id, uint32 to, AmrLeaf *buf)
+migrate_prepare(AmrTree *t, Migration *m, uint32 to)
 {
 	AmrStore   *s = &amr_store;
 	AmrBitmap  *bm = to == AMR_TIER_SSD ? s->ssd_used : s->pmem_used;
-	uint64		word;
-	uint64		old;
-	int64		slot;
-	bool		moved = false;
 
-	if (bm == NULL || s->leaves[leaf_id].cache_slot >= 0)
+	m->slot = -1;
+	if (bm == NULL)
 		return false;
-	word = amr_leaf_copy(NULL, t, leaf_id, buf, NULL, NULL);
-	if (word == 0 || AMR_WORD_TIER(word) == to)
+	m->word = amr_leaf_copy(NULL, t, m->leaf_id, m->img, NULL, NULL);
+	if (m->word == 0 || AMR_WORD_TIER(m->word) == to)
 		return false;
-
-	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-	slot = amr_bitmap_alloc(bm);
-	if (slot < 0)
-	{
-		LWLockRelease(&amr_shared->publish_lock);
+	m->slot = amr_bitmap_alloc(bm);
+	if (m->slot < 0)
 		return false;
-	}
+	/* the image as it will be once the word switches to it */
+	m->img->hdr.version = AMR_WORD_VERSION(m->word) + 1;
 	PG_TRY();
 	{
-		/* copy -> persist: the image as it will be once the word switches */
-		buf->hdr.version = AMR_WORD_VERSION(word) + 1;
-		amr_tier_write(NULL, to, (uint32) slot, buf);
-
-		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
-		if (amr_lt_word(s, leaf_id) == word && s->leaves[leaf_id].cache_slot < 0)
-		{
-			bool		unchanged = true;
-
-			/* a PMEM image may have taken appends in place since we copied it */
-			if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
-			{
-				const AmrLeaf *now = amr_pmem_slot(s, AMR_WORD_SLOT(word));
-
-				unchanged = now->hdr.nentries == buf->hdr.nentries &&
-					memcmp(now->entries, buf->entries,
-						   buf->hdr.nentries * sizeof(AmrLeafEntry)) == 0;
-			}
-			if (unchanged)
-			{
-				AmrFBox		mbr = amr_lt_mbr(s, leaf_id, word);
-
-				/* switch (the commit point) -> reclaim */
-				START_CRIT_SECTION();
-				old = amr_lt_switch(s, leaf_id, to, (uint32) slot, &mbr,
-									(uint32) amr_leaf_live_entries(buf));
-				amr_free_word_slot(s, old);
-				END_CRIT_SECTION();
-				moved = true;
-			}
-		}
-		LWLockRelease(amr_leaf_lock(leaf_id));
+		amr_tier_write_ext(NULL, to, (uint32) m->slot, m->img, false);
 	}
 	PG_CATCH();
 	{
-		amr_bitmap_clear(bm, (uint64) slot);
+		amr_bitmap_clear(bm, (uint64) m->slot);
+		m->slot = -1;
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	return true;
+}
+
+/*
+ * Switch the Leaf Table word to the new copy, if the leaf did not change
+ * meanwhile (the commit point), then reclaim the old slot.  The new copy
+ * must be durable.  Returns whether the leaf moved; if not, frees the slot.
+ */
+static bool
+migrate_commit(AmrTree *t, Migration *m, uint32 to)
+{
+	AmrStore   *s = &amr_store;
+	AmrBitmap  *bm = to == AMR_TIER_SSD ? s->ssd_used : s->pmem_used;
+	bool		moved = false;
+
+	LWLockAcquire(amr_leaf_lock(m->leaf_id), LW_EXCLUSIVE);
+	if (amr_lt_word(s, m->leaf_id) == m->word)
+	{
+		bool		unchanged = true;
+
+		/* a PMEM image may have taken appends in place since we copied it */
+		if (AMR_WORD_TIER(m->word) == AMR_TIER_PMEM)
+		{
+			const AmrLeaf *now = amr_pmem_slot(s, AMR_WORD_SLOT(m->word));
+
+			unchanged = now->hdr.nentries == m->img->hdr.nentries &&
+				memcmp(now->entries, m->img->entries,
+					   m->img->hdr.nentries * sizeof(AmrLeafEntry)) == 0;
+		}
+		if (unchanged)
+		{
+			AmrFBox		mbr = amr_lt_mbr(s, m->leaf_id, m->word);
+			uint64		old;
+
+			START_CRIT_SECTION();
+			old = amr_lt_switch(s, m->leaf_id, to, (uint32) m->slot, &mbr,
+								(uint32) amr_leaf_live_entries(m->img));
+			amr_free_word_slot(s, old);
+			END_CRIT_SECTION();
+			/* a DRAM copy (R6) follows: it is the same image, new version */
+			amr_cache_refresh(m->leaf_id, m->img);
+			moved = true;
+		}
+	}
+	LWLockRelease(amr_leaf_lock(m->leaf_id));
 	if (!moved)
-		amr_bitmap_clear(bm, (uint64) slot);
-	LWLockRelease(&amr_shared->publish_lock);
+		amr_bitmap_clear(bm, (uint64) m->slot);
+	m->slot = -1;
 	return moved;
+}
+
+#define MIGRATION_BATCH 32
+
+/*
+ * Move a batch of leaves to tier "to": copy and write them all, make the
+ * writes durable with one sync (SSD), then switch each.  Returns which
+ * moved in moved[].
+ */
+static void
+migrate_batch(AmrTree *t, const uint32 *ids, int n, uint32 to, Migration *m,
+			  bool *moved)
+{
+	int			i;
+
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	PG_TRY();
+	{
+		for (i = 0; i < n; i++)
+		{
+			m[i].leaf_id = ids[i];
+			moved[i] = false;
+			CHECK_FOR_INTERRUPTS();
+			(void) migrate_prepare(t, &m[i], to);
+		}
+		if (to == AMR_TIER_SSD)
+			amr_ssd_flush(NULL);
+		for (i = 0; i < n; i++)
+			if (m[i].slot >= 0)
+				moved[i] = migrate_commit(t, &m[i], to);
+	}
+	PG_CATCH();
+	{
+		AmrBitmap  *bm = to == AMR_TIER_SSD ? amr_store.ssd_used : amr_store.pmem_used;
+
+		for (i = 0; i < n; i++)
+			if (m[i].slot >= 0)
+				amr_bitmap_clear(bm, (uint64) m[i].slot);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	LWLockRelease(&amr_shared->publish_lock);
 }
 
 /* Rule R6: hold a DRAM copy of the leaf (or let it go). */
@@ -316,24 +378,52 @@ tree_cycle(AmrTree *t, TreeCands *tc, AmrLeaf *buf)
 			}
 	}
 
-	for (i = 0; i < nmoves; i++)
+	/* promotions first (they are cheap PMEM writes), then demotions, in batches */
 	{
-		bool		promote = moves[i].kind == AMR_MOVE_PROMOTE;
+		Migration  *m = palloc(sizeof(Migration) * MIGRATION_BATCH);
+		uint32		ids[MIGRATION_BATCH];
+		AmrMoveKind kinds[MIGRATION_BATCH];
+		bool		done[MIGRATION_BATCH];
+		int			pass;
+		int			j;
 
-		CHECK_FOR_INTERRUPTS();
-		if (!migrate_leaf(t, moves[i].leaf_id, promote ? AMR_TIER_PMEM : AMR_TIER_SSD, buf))
-			continue;
-		moved++;
-		__atomic_add_fetch(&t->bytes_moved, AMR_SLOT_SIZE, __ATOMIC_RELAXED);
-		if (promote)
-			__atomic_add_fetch(&t->promotions, 1, __ATOMIC_RELAXED);
-		else
+		for (j = 0; j < MIGRATION_BATCH; j++)
+			m[j].img = amr_alloc_leaf_buffer();
+		for (pass = 0; pass < 2; pass++)
 		{
-			__atomic_add_fetch(&t->demotions, 1, __ATOMIC_RELAXED);
-			if (moves[i].kind == AMR_MOVE_DEMOTE_BUDGET)
-				__atomic_add_fetch(&t->budget_demotions, 1, __ATOMIC_RELAXED);
-			else
-				__atomic_add_fetch(&t->rule_demotions, 1, __ATOMIC_RELAXED);
+			bool		promote = pass == 0;
+			int			n = 0;
+
+			for (i = 0; i <= nmoves; i++)
+			{
+				if (i < nmoves && (moves[i].kind == AMR_MOVE_PROMOTE) == promote)
+				{
+					ids[n] = moves[i].leaf_id;
+					kinds[n] = moves[i].kind;
+					n++;
+				}
+				if (n == 0 || (n < MIGRATION_BATCH && i < nmoves))
+					continue;
+				migrate_batch(t, ids, n, promote ? AMR_TIER_PMEM : AMR_TIER_SSD, m, done);
+				for (j = 0; j < n; j++)
+				{
+					if (!done[j])
+						continue;
+					moved++;
+					__atomic_add_fetch(&t->bytes_moved, AMR_SLOT_SIZE, __ATOMIC_RELAXED);
+					if (promote)
+						__atomic_add_fetch(&t->promotions, 1, __ATOMIC_RELAXED);
+					else
+					{
+						__atomic_add_fetch(&t->demotions, 1, __ATOMIC_RELAXED);
+						if (kinds[j] == AMR_MOVE_DEMOTE_BUDGET)
+							__atomic_add_fetch(&t->budget_demotions, 1, __ATOMIC_RELAXED);
+						else
+							__atomic_add_fetch(&t->rule_demotions, 1, __ATOMIC_RELAXED);
+					}
+				}
+				n = 0;
+			}
 		}
 	}
 	pfree(moves);
@@ -415,6 +505,23 @@ cycle_all(void)
 	}
 }
 
+/* An insert exceeded its index's budget: get the tier manager going now. */
+void
+amr_wake_tier_manager(void)
+{
+	Latch	   *latch = amr_shared ? amr_shared->worker_latch : NULL;
+
+	if (latch != NULL && pg_atomic_exchange_u32(&amr_shared->wake_pending, 1) == 0)
+		SetLatch(latch);
+}
+
+static void
+forget_worker_latch(int code, Datum arg)
+{
+	if (amr_shared)
+		amr_shared->worker_latch = NULL;
+}
+
 void
 amr_tier_worker_main(Datum arg)
 {
@@ -423,6 +530,8 @@ amr_tier_worker_main(Datum arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
+	before_shmem_exit(forget_worker_latch, (Datum) 0);
+	amr_shared->worker_latch = MyLatch;
 	cxt = AllocSetContextCreate(TopMemoryContext, "amrtree tier manager",
 								ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(cxt);
@@ -441,6 +550,7 @@ amr_tier_worker_main(Datum arg)
 		}
 		if (!amr_is_ready())
 			continue;
+		pg_atomic_write_u32(&amr_shared->wake_pending, 0);
 
 		/*
 		 * An ERROR (an unreadable SSD slot, say) ends this cycle, not the

@@ -37,6 +37,7 @@ double		amr_demote_threshold = 0.5;
 double		amr_update_ratio_threshold = 0.5;
 double		amr_smo_threshold = 3.0;
 int			amr_dram_leaf_cache_kb = 4096;
+int			amr_budget_on_insert = AMR_BUDGET_INSERT_DEFER;
 bool		amr_preloaded = false;
 
 static relopt_kind amr_relopt_kind;
@@ -53,6 +54,12 @@ static const struct config_enum_entry ssd_sync_options[] = {
 	{"fdatasync", AMR_SSD_SYNC_FDATASYNC, false},
 	{"dsync", AMR_SSD_SYNC_DSYNC, false},
 	{"none", AMR_SSD_SYNC_NONE, false},
+	{NULL, 0, false}
+};
+
+static const struct config_enum_entry budget_on_insert_options[] = {
+	{"defer", AMR_BUDGET_INSERT_DEFER, false},
+	{"strict", AMR_BUDGET_INSERT_STRICT, false},
 	{NULL, 0, false}
 };
 
@@ -194,6 +201,20 @@ define_gucs(void)
 							PGC_POSTMASTER,
 							GUC_UNIT_KB,
 							NULL, NULL, NULL);
+	DefineCustomEnumVariable("amrtree.budget_on_insert",
+							 "How inserts respect an index's PMEM budget.",
+							 "defer (default): new leaf images always go to PMEM and "
+							 "an insert that exceeds the budget wakes the tier "
+							 "manager, which demotes the coldest leaves at once; "
+							 "strict: while over budget, new leaves are written to "
+							 "SSD synchronously (a hard cap, at the price of an SSD "
+							 "write and sync inside the insert).",
+							 &amr_budget_on_insert,
+							 AMR_BUDGET_INSERT_DEFER,
+							 budget_on_insert_options,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
 	MarkGUCPrefixReserved("amrtree");
 }
 

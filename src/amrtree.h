@@ -18,6 +18,7 @@
 #include "port/atomics.h"
 #include "common/relpath.h"
 #include "lib/stringinfo.h"
+#include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "utils/relcache.h"
 
@@ -45,6 +46,10 @@ extern double amr_demote_threshold;
 extern double amr_update_ratio_threshold;
 extern double amr_smo_threshold;
 extern int	amr_dram_leaf_cache_kb;
+extern int	amr_budget_on_insert;
+
+#define AMR_BUDGET_INSERT_DEFER		0
+#define AMR_BUDGET_INSERT_STRICT	1
 
 /* True once _PG_init ran inside shared_preload_libraries. */
 extern bool amr_preloaded;
@@ -84,6 +89,9 @@ typedef struct AmrSharedState
 	uint64		pool_id;
 	/* counters for amrtree_index_stats / monitoring */
 	pg_atomic_uint64 rebuilds;
+	/* the tier manager's latch, to wake it when an index exceeds its budget */
+	Latch	   *worker_latch;
+	pg_atomic_uint32 wake_pending;
 } AmrSharedState;
 
 extern AmrSharedState *amr_shared;
@@ -190,6 +198,7 @@ extern void amr_tier_lock(AmrTree *t);
 extern void amr_tier_unlock(void);
 extern uint64 amr_tier_cycle_tree(AmrTree *t);
 extern void amr_register_worker(void);
+extern void amr_wake_tier_manager(void);
 
 /* open an amrtree index for an inspection function, checking SELECT on its table */
 extern Relation amr_open_index_for_inspection(Oid indexoid, LOCKMODE lockmode);

@@ -257,14 +257,15 @@ amr_split_commit(AmrStore *s, AmrTree *t, uint32_t leaf_id, uint64_t word,
 	 * GiST-style links, so that scans which collected their leaves before
 	 * the split find the moved entries: the right half inherits the old NSN
 	 * and right link, the left half gets a new NSN and points right.  The
-	 * halves share the hotness the leaf had.
+	 * halves share the leaf's access history, but each counts only this
+	 * split: inheriting the split score would make whole lineages look like
+	 * frequent splitters (rule R6).
 	 */
 	amr_leaf_volatile_reset(rv);
 	rv->nsn = lv->nsn;
 	rv->rightlink = lv->rightlink;
 	rv->hotness = lv->hotness;
 	rv->update_hot = lv->update_hot;
-	rv->smo_hot = lv->smo_hot;
 	rv->last_fold = lv->last_fold;
 	rv->splits_pending = 1;
 	rv->writes_pending = 1;

@@ -94,12 +94,17 @@ amr_plan_moves(AmrCandidate *c, size_t n, uint64_t budget_leaves,
 		if (c[i].tier == AMR_TIER_PMEM)
 			pmem++;
 
-	/* R5: cold leaves to SSD */
-	if (can_demote)
+	/*
+	 * R5: cold leaves to SSD.  Only without a budget: with one, PMEM holds
+	 * the hottest leaves up to the budget, and the coldest leave first when
+	 * it is exceeded (below); demoting cold leaves below the budget would
+	 * leave paid-for PMEM idle.
+	 */
+	if (can_demote && budget_leaves == UINT64_MAX)
 	{
 		for (i = 0; i < n; i++)
 		{
-			if (c[i].tier == AMR_TIER_PMEM && !c[i].pinned && c[i].want == AMR_WANT_SSD)
+			if (c[i].tier == AMR_TIER_PMEM && c[i].want == AMR_WANT_SSD)
 			{
 				moves[nmoves].leaf_id = c[i].leaf_id;
 				moves[nmoves].kind = AMR_MOVE_DEMOTE_RULE;
@@ -118,7 +123,7 @@ amr_plan_moves(AmrCandidate *c, size_t n, uint64_t budget_leaves,
 	qsort(c, n, sizeof(AmrCandidate), by_hotness_asc);
 	for (i = n; i-- > 0;)
 	{
-		if (c[i].tier != AMR_TIER_SSD || c[i].pinned || c[i].want != AMR_WANT_PMEM)
+		if (c[i].tier != AMR_TIER_SSD || c[i].want != AMR_WANT_PMEM)
 			continue;
 		if (pmem < budget_leaves)
 		{
@@ -132,7 +137,7 @@ amr_plan_moves(AmrCandidate *c, size_t n, uint64_t budget_leaves,
 		if (!can_demote)
 			continue;
 		/* c is ascending by hotness: advance to the coldest movable PMEM leaf */
-		while (coldest < i && (c[coldest].tier != AMR_TIER_PMEM || c[coldest].pinned ||
+		while (coldest < i && (c[coldest].tier != AMR_TIER_PMEM ||
 							   (c[coldest].rule & MOVING)))
 			coldest++;
 		if (coldest >= i || c[coldest].hotness * 2.0f > c[i].hotness)
@@ -152,7 +157,7 @@ amr_plan_moves(AmrCandidate *c, size_t n, uint64_t budget_leaves,
 	{
 		for (i = 0; i < n && pmem > budget_leaves; i++)
 		{
-			if (c[i].tier != AMR_TIER_PMEM || c[i].pinned || (c[i].rule & MOVING))
+			if (c[i].tier != AMR_TIER_PMEM || (c[i].rule & MOVING))
 				continue;
 			moves[nmoves].leaf_id = c[i].leaf_id;
 			moves[nmoves].kind = AMR_MOVE_DEMOTE_BUDGET;

@@ -11,12 +11,15 @@
  * to within a factor exp(lambda * interval) for accesses inside it.
  *
  * Rules (evaluated for every leaf at every scan, in this order):
- *	 R6  smo_hot >= psi                  hold a copy in DRAM, do not migrate
+ *	 R6  smo_hot >= psi                  hold a copy in DRAM (write-through:
+ *										 the persistent copy still has a tier)
  *	 R3  update_hot / hotness >= phi
  *		 and hotness > theta_down         on PMEM (promote if on SSD)
  *	 R4  hotness >= theta_up             on PMEM (promote if on SSD)
  *	 R5  hotness <= theta_down           on SSD  (demote if on PMEM)
  *	 otherwise                           stay (the hysteresis band)
+ * With a finite PMEM budget, R5 gives way to the budget: PMEM keeps the
+ * hottest leaves up to it and the coldest are demoted when it is exceeded.
  * R1/R2 (inner nodes pinned in DRAM) hold by construction.
  *
  *-------------------------------------------------------------------------
@@ -68,7 +71,7 @@ typedef struct AmrCandidate
 	uint8_t		tier;			/* AMR_TIER_PMEM or AMR_TIER_SSD */
 	uint8_t		want;			/* AmrWant */
 	uint8_t		rule;			/* AmrRule */
-	uint8_t		pinned;			/* R6: never moved */
+	uint8_t		pinned;			/* R6: has a DRAM copy (informational) */
 	float		hotness;
 } AmrCandidate;
 
