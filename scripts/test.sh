@@ -50,6 +50,7 @@ shared_preload_libraries = 'amrtree'
 amrtree.pmem_path = '/dev/shm/${POOL_TAG}-$2.pool'
 amrtree.pmem_size = 256MB
 amrtree.dram_size = 16MB
+amrtree.ssd_size = 256MB
 max_prepared_transactions = 4
 log_min_messages = warning
 CONF

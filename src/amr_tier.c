@@ -532,6 +532,13 @@ amr_tier_worker_main(Datum arg)
 	BackgroundWorkerUnblockSignals();
 	before_shmem_exit(forget_worker_latch, (Datum) 0);
 	amr_shared->worker_latch = MyLatch;
+
+	/*
+	 * No database: trees are keyed by storage identity and need no catalog.
+	 * Initialising a connection to none gives us a backend status entry, so
+	 * that the worker shows in pg_stat_activity.
+	 */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	cxt = AllocSetContextCreate(TopMemoryContext, "amrtree tier manager",
 								ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(cxt);
@@ -587,7 +594,7 @@ amr_register_worker(void)
 	memset(&worker, 0, sizeof(worker));
 	snprintf(worker.bgw_name, BGW_MAXLEN, "amrtree tier manager");
 	snprintf(worker.bgw_type, BGW_MAXLEN, "amrtree tier manager");
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	/* after recovery: the startup reconciliation needs the commit log */
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = 5;
