@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # amrtree end to end on a fresh Debian 12 machine: installs dependencies,
 # builds and installs the extension, starts a throwaway cluster under the
-# repository (./.demo) with amrtree preloaded and its PMEM pool emulated on
-# /dev/shm, loads 200,000 Porto-like taxi boxes, builds an amrtree index (and
-# a GiST one to compare), runs queries, restarts, and shows tier statistics.
+# repository (./.demo) with amrtree preloaded, its PMEM pool emulated on
+# /dev/shm and its SSD slot file in the data directory, loads 200,000 Porto-like taxi
+# boxes, builds an amrtree index with a 30% PMEM budget (and a GiST one to
+# compare), runs queries, makes a region hot, restarts, and shows tier
+# statistics.
 #
 # Usage: scripts/demo.sh [--rows N] [--keep] [--no-deps]
 #   --keep leaves the cluster running (stop it with the printed command).
@@ -54,6 +56,7 @@ unix_socket_directories = '$DEMO'
 amrtree.pmem_path = '$POOL'
 amrtree.pmem_size = 512MB
 amrtree.dram_size = 64MB
+amrtree.ssd_size = 256MB
 CONF
 pg pg_ctl -D "$DATA" -l "$DEMO/server.log" -w start >/dev/null
 grep 'amrtree:' "$DEMO/server.log" | sed 's/^.*LOG:  /  /'
@@ -70,8 +73,8 @@ psql_demo <<SQL
 CREATE EXTENSION amrtree;
 CREATE TABLE trips (id int, mbr box, t float8);
 COPY trips FROM '$DEMO/trips.csv' WITH (FORMAT csv);
-\echo '-- amrtree build:'
-CREATE INDEX trips_mbr ON trips USING amrtree (mbr);
+\echo '-- amrtree build (30% of the leaves may stay on PMEM, the rest goes to SSD):'
+CREATE INDEX trips_mbr ON trips USING amrtree (mbr) WITH (pmem_budget = '30%');
 \echo '-- GiST build on the same data, for comparison:'
 CREATE INDEX trips_mbr_gist ON trips USING gist (mbr);
 \timing off
@@ -132,8 +135,22 @@ SELECT amrtree_check('trips_mbr') AS invariants_hold_after_restart;
 SQL
 grep 'rebuilt inner nodes' "$DEMO/server.log" | tail -1 | sed 's/^.*LOG:  /  /'
 
-say "tier statistics"
+say "tier statistics (after amrtree_settle: the tier manager's moves are done)"
 psql_demo <<'SQL'
+SELECT amrtree_settle('trips_mbr', 2) AS leaves_moved_by_settle;
+SELECT tier, leaves, pg_size_pretty(bytes) AS bytes, pg_size_pretty(budget_bytes) AS budget
+FROM amrtree_tier_stats('trips_mbr');
+SELECT * FROM amrtree_migration_stats('trips_mbr');
+\echo '-- make one region hot: 50 queries, then let the tier manager react'
+SELECT count(*) AS leaves_on_ssd_in_region FROM amrtree_leaf_table('trips_mbr')
+WHERE tier = 'ssd' AND mbr && box '((-8.6,41.15),(-8.59,41.16))';
+SELECT sum(n) AS rows_seen FROM (SELECT (SELECT count(*) FROM trips WHERE mbr && box '((-8.6,41.15),(-8.59,41.16))') AS n
+                                 FROM generate_series(1, 50)) s;
+SELECT amrtree_settle('trips_mbr', 1) AS leaves_moved;
+SELECT count(*) AS leaves_on_ssd_in_region FROM amrtree_leaf_table('trips_mbr')
+WHERE tier = 'ssd' AND mbr && box '((-8.6,41.15),(-8.59,41.16))';
+SELECT tier, leaves, pg_size_pretty(bytes) AS bytes, pg_size_pretty(budget_bytes) AS budget
+FROM amrtree_tier_stats('trips_mbr');
 \x on
 SELECT * FROM amrtree_index_stats('trips_mbr');
 SELECT pg_size_pretty((SELECT bytes FROM gist_size)) AS gist_size_at_build,

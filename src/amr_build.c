@@ -122,13 +122,13 @@ reserve_leaf(Relation index, uint32 *tier, uint32 *leaf_id, uint32 *slot)
 
 	*leaf_id = amr_alloc_leaf_id(index);
 	bm = *tier == AMR_TIER_SSD ? s->ssd_used : s->pmem_used;
-	v = bm ? amr_bitmap_alloc(bm) : -1;
+	v = bm ? amr_bitmap_alloc_keep(bm, AMR_SLOT_RESERVE) : -1;
 	if (v < 0)
 	{
 		/* the wanted tier is full: the other one, if there is one */
 		*tier = *tier == AMR_TIER_SSD ? AMR_TIER_PMEM : AMR_TIER_SSD;
 		bm = *tier == AMR_TIER_SSD ? s->ssd_used : s->pmem_used;
-		v = bm ? amr_bitmap_alloc(bm) : -1;
+		v = bm ? amr_bitmap_alloc_keep(bm, AMR_SLOT_RESERVE) : -1;
 	}
 	if (v < 0)
 	{

@@ -88,16 +88,17 @@ try_append(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
  */
 static void
 reserve_with_fallback(Relation index, int need, uint32 tier_left,
-					  uint32 tier_right, AmrReservation *r)
+					  uint32 tier_right, bool left_adds, AmrReservation *r)
 {
 	AmrStore   *s = &amr_store;
-	AmrStatus	st = amr_reserve(s, need, tier_left, tier_right, r);
+	AmrStatus	st = amr_reserve(s, need, tier_left, tier_right, left_adds, r);
 
 	if ((st == AMR_ERR_PMEM_FULL && s->ssd_used != NULL) || st == AMR_ERR_SSD_FULL)
 	{
 		uint32		other = st == AMR_ERR_PMEM_FULL ? AMR_TIER_SSD : AMR_TIER_PMEM;
 		AmrStatus	st2 = amr_reserve(s, need, other,
-									  tier_right == AMR_TIER_NONE ? AMR_TIER_NONE : other, r);
+									  tier_right == AMR_TIER_NONE ? AMR_TIER_NONE : other,
+									  left_adds, r);
 
 		if (st2 == AMR_OK)
 			return;
@@ -126,7 +127,7 @@ add_first_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 	bool		done = false;
 
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-	reserve_with_fallback(index, 0, amr_new_image_tier(t, 1, 1), AMR_TIER_NONE, &r);
+	reserve_with_fallback(index, 0, amr_new_image_tier(t, 1, 1), AMR_TIER_NONE, true, &r);
 	PG_TRY();
 	{
 		amr_first_leaf_prepare(s, t, e, nulls, &r, img);
@@ -179,7 +180,7 @@ rewrite_with_entry(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls
 	mbr = nulls ? amr_fbox_empty() : amr_leaf_image_mbr(img);
 
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-	reserve_with_fallback(index, 0, amr_new_image_tier(t, 1, 0), AMR_TIER_NONE, &r);
+	reserve_with_fallback(index, 0, amr_new_image_tier(t, 1, 0), AMR_TIER_NONE, false, &r);
 	/* no leaf id is needed: give it back */
 	amr_bitmap_clear(s->leaf_ids_used, r.new_leaf);
 	r.new_leaf = AMR_INVALID_LEAF;
@@ -247,7 +248,7 @@ split_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 		tier_left = amr_new_image_tier(t, tier_right == AMR_TIER_PMEM ? 2 : 1, 1);
 
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-	reserve_with_fallback(index, *need, tier_left, tier_right, &r);
+	reserve_with_fallback(index, *need, tier_left, tier_right, false, &r);
 	PG_TRY();
 	{
 		amr_split_prepare(s, t, leaf_id, snap, word, e, nulls, &r, left, right,

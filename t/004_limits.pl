@@ -12,8 +12,8 @@ use AmrTree;
 
 my ($ret, $out, $err);
 
-# --- the PMEM pool fills up
-my $node = amr_node('pmemfull', pmem_size => '32MB');
+# --- the PMEM pool fills up (no SSD tier to overflow to)
+my $node = amr_node('pmemfull', pmem_size => '32MB', conf => "amrtree.ssd_size = 0\n");
 $node->start;
 $node->safe_psql('postgres', q{
 CREATE EXTENSION amrtree;
@@ -70,6 +70,43 @@ is($ret, 0, 'and takes many more rows') or diag $err;
 is($node->safe_psql('postgres', q{SET enable_seqscan = off; SELECT count(*) FROM t WHERE b && '((0,0),(1,1))'}),
 	$node->safe_psql('postgres', 'SELECT count(*) FROM t'), 'every row is found through the index');
 $node->stop;
+
+# --- both tiers fill up: a clear error; VACUUM still makes room (a few slots
+# are kept for operations that free a slot for each one they take)
+my $both = amr_node('bothfull', pmem_size => '32MB',
+	conf => "amrtree.ssd_size = 8MB\nautovacuum = off\n");
+$both->start;
+$both->safe_psql('postgres', q{
+CREATE EXTENSION amrtree;
+CREATE TABLE t (id int, b box);
+CREATE INDEX t_b ON t USING amrtree (b) WITH (pmem_budget = '50%');
+});
+$inserted = 0;
+$full_error = '';
+for my $round (1 .. 200)
+{
+	($ret, $out, $err) = $both->psql('postgres', qq{
+INSERT INTO t SELECT i, box(point(x, y), point(x + 0.001, y + 0.001))
+FROM (SELECT i, random() x, random() y FROM generate_series($inserted + 1, $inserted + 20000) i) s});
+	if ($ret != 0) { $full_error = $err; last; }
+	$inserted += 20000;
+}
+like($full_error, qr/ERROR:  amrtree (SSD slot file|PMEM pool) is full/, 'both tiers full: a clear error');
+like($full_error, qr/HINT:  Raise amrtree\.(ssd|pmem)_size/, '... with a hint');
+is($both->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'the index is valid when both tiers are full');
+$both->safe_psql('postgres', 'DELETE FROM t WHERE id % 2 = 0');
+($ret, $out, $err) = $both->psql('postgres', 'VACUUM (INDEX_CLEANUP ON) t');
+is($ret, 0, 'VACUUM succeeds with both tiers full') or diag $err;
+is($both->safe_psql('postgres', q{SELECT entries FROM amrtree_index_stats('t_b')}),
+	$both->safe_psql('postgres', 'SELECT count(*) FROM t'), 'VACUUM removed the dead entries from both tiers');
+($ret, $out, $err) = $both->psql('postgres', qq{
+INSERT INTO t SELECT i, box(point(x, y), point(x + 0.001, y + 0.001))
+FROM (SELECT i, random() x, random() y FROM generate_series(5000001, 5003000) i) s});
+is($ret, 0, 'rows fit again into the room VACUUM made') or diag $err;
+is($both->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and the index stays valid');
+is($both->safe_psql('postgres', q{SET enable_seqscan = off; SELECT count(*) FROM t WHERE b && '((0,0),(1,1))'}),
+	$both->safe_psql('postgres', 'SELECT count(*) FROM t'), 'every row is found through the index');
+$both->stop;
 
 # --- the DRAM area fills up
 my $dram = amr_node('dramfull', dram_size => '1MB');

@@ -110,3 +110,12 @@ amr_bitmap_test(const AmrBitmap *bm, uint64_t bit)
 	return (__atomic_load_n(&bm->words[bit / 64], __ATOMIC_ACQUIRE) &
 			(UINT64_C(1) << (bit % 64))) != 0;
 }
+
+int64_t
+amr_bitmap_alloc_keep(AmrBitmap *bm, uint64_t keep)
+{
+	/* a soft floor: racing allocators may dip into it by a few bits */
+	if (bm->nbits - amr_bitmap_count(bm) <= keep)
+		return -1;
+	return amr_bitmap_alloc(bm);
+}

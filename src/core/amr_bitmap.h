@@ -32,6 +32,9 @@ extern void amr_bitmap_init(AmrBitmap *bm, uint64_t nbits);
 /* Allocate any clear bit; returns -1 when full. */
 extern int64_t amr_bitmap_alloc(AmrBitmap *bm);
 
+/* Allocate only while more than "keep" bits are clear (a reserve). */
+extern int64_t amr_bitmap_alloc_keep(AmrBitmap *bm, uint64_t keep);
+
 /* Set a specific bit; returns false if it was already set. */
 extern bool amr_bitmap_set(AmrBitmap *bm, uint64_t bit);
 

@@ -67,12 +67,13 @@ amr_release_reservation(AmrStore *s, AmrReservation *r)
 }
 
 static AmrStatus
-alloc_slot(AmrStore *s, uint32_t tier, uint32_t *slot)
+alloc_slot(AmrStore *s, uint32_t tier, bool adds, uint32_t *slot)
 {
 	AmrBitmap  *bm = tier_bitmap(s, tier);
 	int64_t		v;
 
-	if (bm == NULL || (v = amr_bitmap_alloc(bm)) < 0)
+	if (bm == NULL ||
+		(v = adds ? amr_bitmap_alloc_keep(bm, AMR_SLOT_RESERVE) : amr_bitmap_alloc(bm)) < 0)
 		return tier == AMR_TIER_SSD ? AMR_ERR_SSD_FULL : AMR_ERR_PMEM_FULL;
 	*slot = (uint32_t) v;
 	return AMR_OK;
@@ -80,7 +81,7 @@ alloc_slot(AmrStore *s, uint32_t tier, uint32_t *slot)
 
 AmrStatus
 amr_reserve(AmrStore *s, int need, uint32_t tier_left, uint32_t tier_right,
-			AmrReservation *r)
+			bool left_adds, AmrReservation *r)
 {
 	int64_t		v;
 	int			i;
@@ -94,10 +95,10 @@ amr_reserve(AmrStore *s, int need, uint32_t tier_left, uint32_t tier_right,
 	if ((v = amr_bitmap_alloc(s->leaf_ids_used)) < 0)
 		return AMR_ERR_LEAF_IDS_FULL;
 	r->new_leaf = (uint32_t) v;
-	if ((st = alloc_slot(s, tier_left, &r->slot_left)) != AMR_OK)
+	if ((st = alloc_slot(s, tier_left, left_adds, &r->slot_left)) != AMR_OK)
 		goto fail;
 	if (tier_right != AMR_TIER_NONE &&
-		(st = alloc_slot(s, tier_right, &r->slot_right)) != AMR_OK)
+		(st = alloc_slot(s, tier_right, true, &r->slot_right)) != AMR_OK)
 		goto fail;
 	for (i = 0; i < need; i++)
 	{
@@ -317,7 +318,7 @@ amr_insert_single(AmrStore *s, AmrTree *t, const AmrLeafEntry *e)
 			return AMR_OK;
 		}
 		st = amr_reserve(s, amr_path_nodes_needed(s, &path), AMR_TIER_PMEM,
-						 AMR_TIER_PMEM, &r);
+						 AMR_TIER_PMEM, false, &r);
 		if (st != AMR_OK)
 			return st;
 		amr_split_prepare(s, t, leaf_id, leaf, word, e, nulls, &r, &left, &right,
@@ -330,7 +331,7 @@ amr_insert_single(AmrStore *s, AmrTree *t, const AmrLeafEntry *e)
 	}
 	else
 	{
-		if ((st = amr_reserve(s, 0, AMR_TIER_PMEM, AMR_TIER_NONE, &r)) != AMR_OK)
+		if ((st = amr_reserve(s, 0, AMR_TIER_PMEM, AMR_TIER_NONE, true, &r)) != AMR_OK)
 			return st;
 		amr_first_leaf_prepare(s, t, e, nulls, &r, &left);
 		amr_pmem_write_image(s, r.slot_left, &left);

@@ -360,6 +360,13 @@ extern void amr_rstar_split(const AmrFBox *boxes, int n, int min_fill,
 #define AMR_INVALID_SLOT		UINT32_MAX
 
 /*
+ * Slots of each tier that only operations which free a slot for every slot
+ * they take (rewrites, VACUUM, migrations) may use, so that a full index can
+ * still be vacuumed: an SSD image cannot be changed in place.
+ */
+#define AMR_SLOT_RESERVE		8
+
+/*
  * What a split (or a tree's first leaf) may consume, reserved before the
  * first persistent change so that running out of anything fails cleanly.
  * Each slot is on a tier chosen by the caller (placement policy).
@@ -379,10 +386,13 @@ extern void amr_reservation_init(AmrReservation *r);
 
 /*
  * Reserve a leaf id, a slot on tier_left, a slot on tier_right (unless
- * AMR_TIER_NONE) and "need" inner nodes: all or nothing.
+ * AMR_TIER_NONE) and "need" inner nodes: all or nothing.  The right slot
+ * always adds a leaf and stays out of the reserve; the left one does when
+ * left_adds is set (a first leaf), and otherwise replaces a slot.
  */
 extern AmrStatus amr_reserve(AmrStore *s, int need, uint32_t tier_left,
-							 uint32_t tier_right, AmrReservation *r);
+							 uint32_t tier_right, bool left_adds,
+							 AmrReservation *r);
 
 /* Return whatever the operation did not consume. */
 extern void amr_release_reservation(AmrStore *s, AmrReservation *r);

@@ -632,7 +632,7 @@ test_dram_full(void)
 			break;
 	}
 	before = amr_bitmap_count(st.nodes_used);
-	CHECK(amr_reserve(&st, 1, AMR_TIER_PMEM, AMR_TIER_PMEM, &r) == AMR_ERR_DRAM_FULL, "reservation should fail");
+	CHECK(amr_reserve(&st, 1, AMR_TIER_PMEM, AMR_TIER_PMEM, false, &r) == AMR_ERR_DRAM_FULL, "reservation should fail");
 	CHECK(amr_bitmap_count(st.nodes_used) == before, "failed reservation leaked nodes");
 	CHECK(amr_bitmap_count(st.pmem_used) == 0, "failed reservation leaked slots");
 	CHECK(amr_bitmap_count(st.leaf_ids_used) == 0, "failed reservation leaked leaf ids");
