@@ -22,6 +22,7 @@ OBJS = \
 	src/amr_build.o \
 	src/amr_cost.o \
 	src/amr_directory.o \
+	src/amr_fault.o \
 	src/amr_funcs.o \
 	src/amr_insert.o \
 	src/amr_leafio.o \
@@ -44,7 +45,7 @@ REGRESS_OPTS = --inputdir=test --outputdir=$(AMR_TEST_OUTDIR)
 ISOLATION_OPTS = --inputdir=test --outputdir=$(AMR_TEST_OUTDIR)
 
 # rebuild objects when the headers they include change
-autodepend = yes
+override autodepend = yes
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

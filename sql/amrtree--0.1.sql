@@ -111,6 +111,8 @@ CREATE FUNCTION amrtree_pool_stats(
 	OUT pool text,
 	OUT pmem_slots bigint,
 	OUT pmem_slots_used bigint,
+	OUT ssd_slots bigint,
+	OUT ssd_slots_used bigint,
 	OUT leaf_ids bigint,
 	OUT leaf_ids_used bigint,
 	OUT dram_nodes bigint,

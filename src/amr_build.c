@@ -158,7 +158,7 @@ publish_leaf(AmrTree *t, uint32 leaf_id, uint32 tier, uint32 slot, const AmrLeaf
 
 	amr_lt_publish_new(s, leaf_id, t->tree_no, t->generation,
 					   nulls ? AMR_LT_FLAG_NULLS : 0, AMR_INVALID_LEAF, 0,
-					   tier, slot, mbr, (uint32) img->hdr.nentries);
+					   tier, slot, mbr, img);
 	amr_leaf_volatile_reset(&s->leaves[leaf_id]);
 	item->box = nulls ? (AmrFBox) {0, 0, 0, 0} : *mbr;
 	item->ref = leaf_id;
@@ -175,10 +175,15 @@ flush_batch(Relation index, AmrTree *t, SsdBatch *b, bool nulls,
 
 	if (b->n == 0)
 		return;
+	AMR_FAULT_POINT("build:before_leaf");
 	amr_ssd_flush(index);
+	AMR_FAULT_POINT("build:after_leaf_persisted");
 	for (i = 0; i < b->n; i++)
+	{
 		publish_leaf(t, b->leaf_id[i], AMR_TIER_SSD, b->slot[i], &b->images[i],
 					 &b->mbr[i], nulls, &leaf_items[(*nleaves)++]);
+		AMR_FAULT_POINT("build:after_leaf_published");
+	}
 	b->n = 0;
 }
 
@@ -282,9 +287,12 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 
 				if (tier == AMR_TIER_PMEM)
 				{
+					AMR_FAULT_POINT("build:before_leaf");
 					amr_tier_write(index, tier, slot, dst);
+					AMR_FAULT_POINT("build:after_leaf_persisted");
 					publish_leaf(t, leaf_id, tier, slot, dst, &mbr, nulls,
 								 &leaf_items[nleaves++]);
+					AMR_FAULT_POINT("build:after_leaf_published");
 				}
 				else
 				{
@@ -364,6 +372,7 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 
 	tree_no = amr_tree_create(index, unlogged);
 	t = &amr_store.trees[tree_no];
+	AMR_FAULT_POINT("build:after_tree_created");
 
 	memset(&bs, 0, sizeof(bs));
 	bs.index = index;
@@ -382,6 +391,7 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 	build_side(index, t, bs.nulls, bs.nnulls, true, lsn, &done);
 
 	amr_metapage_write(index, MAIN_FORKNUM, tree_no);
+	AMR_FAULT_POINT("build:after_metapage");
 
 	/*
 	 * An unlogged index rebuilt in place (a TRUNCATE of a table created in

@@ -26,6 +26,7 @@
 
 #include "access/transam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "access/xloginsert.h"
 #include "catalog/dependency.h"
 #include "catalog/objectaccess.h"
@@ -75,6 +76,8 @@ remember(PendingKind kind, uint32 tree_no, uint32 generation, Oid db_oid)
 	p->subid = GetCurrentSubTransactionId();
 	p->next = pending_actions;
 	pending_actions = p;
+	if (kind == PENDING_DROP_TREE)
+		__atomic_add_fetch(&amr_store.trees[tree_no].drops_pending, 1, __ATOMIC_SEQ_CST);
 }
 
 static void
@@ -117,6 +120,7 @@ amr_tree_free_storage(uint32 tree_no)
 	if (rec->state == AMR_TREE_FREE)
 		return;
 	persist_u32(&rec->state, AMR_TREE_DROPPED);
+	AMR_FAULT_POINT("drop:after_dropped_state");
 
 	/* publish lock first, as everywhere: amrtree_check sees no half state */
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
@@ -132,6 +136,7 @@ amr_tree_free_storage(uint32 tree_no)
 		LWLockAcquire(amr_leaf_lock(id), LW_EXCLUSIVE);
 		amr_cache_unpin(t, id);
 		word = amr_lt_release(s, id);
+		AMR_FAULT_POINT("drop:after_leaf_released");
 		amr_free_word_slot(&amr_store, word);
 		amr_bitmap_clear(s->leaf_ids_used, id);
 		amr_leaf_volatile_reset(&s->leaves[id]);
@@ -141,6 +146,7 @@ amr_tree_free_storage(uint32 tree_no)
 	LWLockRelease(amr_tree_lock(t));
 	LWLockRelease(&amr_shared->publish_lock);
 
+	AMR_FAULT_POINT("drop:before_free_state");
 	LWLockAcquire(&amr_shared->directory_lock, LW_EXCLUSIVE);
 	persist_u32(&rec->state, AMR_TREE_FREE);
 	LWLockRelease(&amr_shared->directory_lock);
@@ -492,6 +498,15 @@ apply_commit(void)
 {
 	PendingAction *p;
 
+	/*
+	 * Act only on a durable commit: with synchronous_commit = off a crash
+	 * could still undo this one, and a tree made VALID (or storage freed)
+	 * for a transaction that recovery then rolls back would leak (or lose)
+	 * an index.  DDL is rare; one flush is cheap.
+	 */
+	if (!XLogRecPtrIsInvalid(XactLastCommitEnd))
+		XLogFlush(XactLastCommitEnd);
+
 	/* drops first: a tree created and superseded in one transaction goes */
 	for (p = pending_actions; p; p = p->next)
 	{
@@ -507,7 +522,10 @@ apply_commit(void)
 			AmrTreeRecord *rec = &amr_store.tree_records[p->tree_no];
 
 			if (rec->state == AMR_TREE_BUILDING)
+			{
+				AMR_FAULT_POINT("create:before_valid");
 				persist_u32(&rec->state, AMR_TREE_VALID);
+			}
 		}
 	}
 }
@@ -528,6 +546,8 @@ apply_abort(SubTransactionId from_subid)
 		}
 		if (p->kind == PENDING_CREATED && tree_still_ours(p))
 			amr_tree_free_storage(p->tree_no);
+		else if (p->kind == PENDING_DROP_TREE && tree_still_ours(p))
+			__atomic_sub_fetch(&amr_store.trees[p->tree_no].drops_pending, 1, __ATOMIC_SEQ_CST);
 		*link = p->next;
 	}
 }

@@ -25,7 +25,10 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/inval.h"
 #include "utils/rel.h"
+#include "utils/relfilenodemap.h"
+#include "utils/snapmgr.h"
 
 PG_FUNCTION_INFO_V1(amrtree_check);
 PG_FUNCTION_INFO_V1(amrtree_index_stats);
@@ -147,8 +150,22 @@ check_allocators(Relation index)
 			}
 			ssd_refs[slot] = 1;
 		}
-		if (used && s->lt[id].tree_no < AMR_MAX_TREES)
-			tier_counts[s->lt[id].tree_no * 2 + (AMR_WORD_TIER(word) == AMR_TIER_SSD ? 1 : 0)]++;
+		if (used)
+		{
+			const AmrLeafTableEntry *e = &s->lt[id];
+			const AmrTreeRecord *rec = e->tree_no < AMR_MAX_TREES ?
+				&s->tree_records[e->tree_no] : NULL;
+
+			/* a dropping tree still has leaves; a free or reused one not */
+			if (rec == NULL || rec->state == AMR_TREE_FREE ||
+				rec->generation != e->tree_generation)
+			{
+				LWLockRelease(&amr_shared->publish_lock);
+				corrupted(index, "leaf %u belongs to tree %u generation %u, which no longer exists (a leaked leaf)",
+						  id, e->tree_no, e->tree_generation);
+			}
+			tier_counts[e->tree_no * 2 + (AMR_WORD_TIER(word) == AMR_TIER_SSD ? 1 : 0)]++;
+		}
 	}
 	for (id = 0; id < s->ssd_nslots; id++)
 	{
@@ -202,6 +219,48 @@ check_allocators(Relation index)
 	pfree(slot_refs);
 	pfree(ssd_refs);
 	pfree(tier_counts);
+}
+
+/*
+ * Trees of this database whose index no longer exists: they hold leaves
+ * that only the next restart would reclaim.  A tree that a transaction in
+ * progress (or just committed, and now freeing it) drops is not one.
+ * Other databases' trees cannot be looked up from here.
+ */
+static void
+check_orphan_trees(Relation index)
+{
+	AmrStore   *s = &amr_store;
+	uint32		tn;
+
+	for (tn = 0; tn < AMR_MAX_TREES; tn++)
+	{
+		AmrTreeRecord *rec = &s->tree_records[tn];
+		Oid			spc;
+		uint32		generation = rec->generation;
+		int			attempt;
+		bool		found = false;
+
+		if (rec->state != AMR_TREE_VALID || rec->db_oid != MyDatabaseId ||
+			__atomic_load_n(&s->trees[tn].drops_pending, __ATOMIC_SEQ_CST) > 0)
+			continue;
+		/* pg_class says 0 for the database's default tablespace */
+		spc = rec->spc_oid == MyDatabaseTableSpace ? InvalidOid : rec->spc_oid;
+		for (attempt = 0; attempt < 2 && !found; attempt++)
+		{
+			if (attempt > 0)
+			{
+				/* an index committed after our catalog snapshot was taken */
+				AcceptInvalidationMessages();
+				InvalidateCatalogSnapshot();
+			}
+			found = OidIsValid(RelidByRelfilenode(spc, rec->relfilenode));
+		}
+		if (!found && rec->state == AMR_TREE_VALID && rec->generation == generation &&
+			__atomic_load_n(&s->trees[tn].drops_pending, __ATOMIC_SEQ_CST) == 0)
+			corrupted(index, "tree %u (relfilenode %u of this database) belongs to no index (a leaked tree)",
+					  tn, rec->relfilenode);
+	}
 }
 
 /*
@@ -345,6 +404,7 @@ amrtree_check(PG_FUNCTION_ARGS)
 	/* no migrations of this tree while we look at it */
 	amr_tier_lock(t);
 	check_allocators(index);
+	check_orphan_trees(index);
 
 	seen = palloc_extended((Size) amr_store.lt_capacity + 1, MCXT_ALLOC_HUGE);
 	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
@@ -413,8 +473,8 @@ Datum
 amrtree_pool_stats(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[9];
-	bool		nulls[9] = {0};
+	Datum		values[11];
+	bool		nulls[11] = {0};
 	StringInfoData desc;
 	uint32		tn;
 	int32		trees = 0;
@@ -438,12 +498,15 @@ amrtree_pool_stats(PG_FUNCTION_ARGS)
 	values[0] = CStringGetTextDatum(desc.data);
 	values[1] = Int64GetDatum((int64) amr_store.pmem_nslots);
 	values[2] = Int64GetDatum((int64) amr_bitmap_count(amr_store.pmem_used));
-	values[3] = Int64GetDatum((int64) amr_store.lt_capacity);
-	values[4] = Int64GetDatum((int64) amr_bitmap_count(amr_store.leaf_ids_used));
-	values[5] = Int64GetDatum((int64) amr_store.nnodes);
-	values[6] = Int64GetDatum((int64) amr_bitmap_count(amr_store.nodes_used));
-	values[7] = Int32GetDatum(trees);
-	values[8] = Int64GetDatum((int64) pg_atomic_read_u64(&amr_shared->rebuilds));
+	values[3] = Int64GetDatum((int64) amr_store.ssd_nslots);
+	values[4] = Int64GetDatum(amr_store.ssd_used ?
+							  (int64) amr_bitmap_count(amr_store.ssd_used) : 0);
+	values[5] = Int64GetDatum((int64) amr_store.lt_capacity);
+	values[6] = Int64GetDatum((int64) amr_bitmap_count(amr_store.leaf_ids_used));
+	values[7] = Int64GetDatum((int64) amr_store.nnodes);
+	values[8] = Int64GetDatum((int64) amr_bitmap_count(amr_store.nodes_used));
+	values[9] = Int32GetDatum(trees);
+	values[10] = Int64GetDatum((int64) pg_atomic_read_u64(&amr_shared->rebuilds));
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 

@@ -131,12 +131,14 @@ add_first_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 	PG_TRY();
 	{
 		amr_first_leaf_prepare(s, t, e, nulls, &r, img);
+		AMR_FAULT_POINT("first_leaf:before_image");
 		amr_tier_write(index, r.tier_left, r.slot_left, img);
+		AMR_FAULT_POINT("first_leaf:after_image_persisted");
 		LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
 		if (amr_choose_leaf(s, t, nulls, box, &path) == AMR_INVALID_LEAF)
 		{
 			START_CRIT_SECTION();
-			amr_first_leaf_commit(s, t, e, nulls, &r);
+			amr_first_leaf_commit(s, t, e, img, nulls, &r);
 			__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
 			END_CRIT_SECTION();
 			done = true;
@@ -186,7 +188,9 @@ rewrite_with_entry(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls
 	r.new_leaf = AMR_INVALID_LEAF;
 	PG_TRY();
 	{
+		AMR_FAULT_POINT("rewrite:before_image");
 		amr_tier_write(index, r.tier_left, r.slot_left, img);
+		AMR_FAULT_POINT("rewrite:after_image_persisted");
 		LWLockAcquire(amr_tree_lock(t), LW_SHARED);
 		if (amr_choose_leaf(s, t, nulls, box, &path) == leaf_id)
 		{
@@ -198,8 +202,8 @@ rewrite_with_entry(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls
 				if (!nulls)
 					amr_path_enlarge(s, &path, box);
 				START_CRIT_SECTION();
-				old = amr_lt_switch(s, leaf_id, r.tier_left, r.slot_left, &mbr,
-									(uint32) img->hdr.nentries);
+				old = amr_lt_switch(s, leaf_id, r.tier_left, r.slot_left, &mbr, img);
+				AMR_FAULT_POINT("rewrite:after_switch");
 				amr_free_word_slot(s, old);
 				r.slot_left = AMR_INVALID_SLOT;
 				__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
@@ -253,8 +257,11 @@ split_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 	{
 		amr_split_prepare(s, t, leaf_id, snap, word, e, nulls, &r, left, right,
 						  &lbox, &rbox);
+		AMR_FAULT_POINT("split:before_images");
 		amr_tier_write(index, r.tier_right, r.slot_right, right);
+		AMR_FAULT_POINT("split:after_right_persisted");
 		amr_tier_write(index, r.tier_left, r.slot_left, left);
+		AMR_FAULT_POINT("split:after_new_leaf_persisted");
 
 		LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
 		if (amr_choose_leaf(s, t, nulls, box, &path) == leaf_id)

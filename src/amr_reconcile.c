@@ -5,28 +5,43 @@
  *
  * Runs once per server lifetime (and again after every crash-restart, since
  * shared memory is then new), in the first process that uses amrtree, after
- * WAL recovery has finished.  It
+ * WAL recovery has finished, and before anything can create an entry.  It
  *
  *	1. resolves trees left BUILDING by a crash (committed creator: VALID;
- *	   otherwise the tree is dropped) and finishes interrupted drops;
+ *	   otherwise the tree is dropped), finishes interrupted drops, drops
+ *	   every tree if the data directory's history was reset (a restored
+ *	   backup, a promoted standby: see note_history_reset), and reclaims
+ *	   orphans: trees whose index no longer exists;
  *	2. walks the Leaf Table once: a leaf survives if its tree is live, its
  *	   generation matches, and -- if it came from a split -- its origin's
  *	   version has moved past the split (otherwise the split never reached
  *	   its commit point and this half is discarded); unlogged trees are
  *	   emptied after a crash, as PostgreSQL empties unlogged relations;
- *	3. rebuilds the slot and leaf-id bitmaps from the surviving words;
+ *	   the slot and leaf-id bitmaps are rebuilt from the surviving words,
+ *	   so a slot that no word references is free again;
+ *	3. after a crash, prunes every entry whose WAL insert position lies
+ *	   beyond the end of the replayed WAL (DESIGN 5, docs/design.md "No
+ *	   phantom rows");
  *	4. bulk-loads every tree's inner nodes from the Leaf Table boxes (STR),
  *	   without reading a single leaf.
  *
- * It is idempotent: an ERROR (e.g. DRAM too small) leaves the pool as it
- * was, and the next use retries from scratch.
+ * It is idempotent: an ERROR (e.g. DRAM too small) or a crash leaves the
+ * pool in a state from which the next attempt reaches the same result.
  *
  *-------------------------------------------------------------------------
  */
 #include "amrtree.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "access/transam.h"
+#include "access/xlogrecovery.h"
+#include "catalog/pg_tablespace_d.h"
+#include "common/relpath.h"
 #include "miscadmin.h"
+#include "storage/bufpage.h"
 #include "storage/procarray.h"
 #include "utils/memutils.h"
 
@@ -58,6 +73,191 @@ persist_state(AmrTreeRecord *rec, uint32 state)
 	amr_persist(&rec->state, sizeof(rec->state));
 }
 
+static void
+persist_header_u64(uint64 *field, uint64 value)
+{
+	*field = value;
+	amr_persist(field, sizeof(*field));
+}
+
+/*
+ * Is the index that owned this tree gone?  Yes if its main fork does not
+ * exist (while its database directory is gone too, or is there), is empty
+ * (PostgreSQL truncates a dropped relation's first segment at commit and
+ * unlinks it at the next checkpoint), or starts with a page that is not
+ * this tree's metapage (the relfilenode was reused).  Anything uncertain --
+ * a missing tablespace, an I/O error, a short file -- keeps the tree: a
+ * leaked tree costs space, a wrongly dropped one costs a REINDEX.
+ *
+ * Reads the file itself, not through shared buffers: reconciliation runs
+ * after the end-of-recovery checkpoint (or a clean shutdown's), so the
+ * metapage on disk is current.
+ */
+static bool
+tree_owner_gone(const AmrTreeRecord *rec, uint32 tree_no)
+{
+	RelFileNode rnode;
+	char	   *path;
+	char	   *dbpath;
+	PGAlignedBlock page;
+	AmrMetaPageData meta;
+	struct stat st;
+	ssize_t		n;
+	int			fd;
+	bool		gone = false;
+
+	rnode.spcNode = rec->spc_oid;
+	rnode.dbNode = rec->db_oid;
+	rnode.relNode = rec->relfilenode;
+	path = relpathperm(rnode, MAIN_FORKNUM);
+	fd = open(path, O_RDONLY | PG_BINARY, 0);
+	if (fd < 0)
+	{
+		if (errno == ENOENT)
+		{
+			/* the database (or just the file) is gone -- or the tablespace */
+			dbpath = GetDatabasePath(rec->db_oid, rec->spc_oid);
+			if (stat(dbpath, &st) == 0)
+				gone = true;
+			else if (errno == ENOENT)
+			{
+				char		spcpath[MAXPGPATH];
+
+				/* a dropped database, unless its tablespace is missing */
+				if (rec->spc_oid == DEFAULTTABLESPACE_OID)
+					gone = stat("base", &st) == 0;
+				else
+				{
+					snprintf(spcpath, sizeof(spcpath), "pg_tblspc/%u", rec->spc_oid);
+					gone = stat(spcpath, &st) == 0;
+				}
+			}
+			pfree(dbpath);
+		}
+		pfree(path);
+		return gone;
+	}
+	n = pread(fd, page.data, BLCKSZ, 0);
+	close(fd);
+	pfree(path);
+	if (n == 0)
+		return true;
+	if (n != BLCKSZ || PageIsNew((Page) page.data))
+		return false;
+	memcpy(&meta, PageGetContents((Page) page.data), sizeof(meta));
+	if (meta.magic != AMR_META_MAGIC)
+		return true;
+	return meta.pool_id != amr_shared->pool_id || meta.tree_no != tree_no ||
+		meta.tree_generation != rec->generation;
+}
+
+/*
+ * Drop every entry whose WAL insert position lies beyond "horizon", the end
+ * of the WAL that recovery replayed: its heap tuple may never have become
+ * durable (docs/design.md, "No phantom rows").  PMEM entries are marked
+ * dead in place, which is idempotent.  An SSD image is read only if its
+ * Leaf Table lsn_hint says it may hold such an entry; if it does, the image
+ * is rewritten without them to a fresh slot and the word switched to it.
+ * Returns the number of entries dropped.
+ */
+static uint64
+prune_beyond(XLogRecPtr horizon, const uint8 *keep)
+{
+	AmrStore   *s = &amr_store;
+	AmrLeaf    *buf = amr_alloc_leaf_buffer();
+	AmrLeaf    *img = amr_alloc_leaf_buffer();
+	uint64		pruned = 0;
+	uint32		id;
+
+	for (id = 0; id < s->lt_capacity; id++)
+	{
+		AmrLeafTableEntry *e = &s->lt[id];
+		uint64		word = amr_lt_word(s, id);
+		uint64		i;
+		uint64		n;
+
+		if ((id & 0xFFFF) == 0)
+			CHECK_FOR_INTERRUPTS();
+		if (!keep[id] || AMR_WORD_TIER(word) == AMR_TIER_NONE)
+			continue;
+
+		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+		{
+			AmrLeaf    *leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
+
+			if (leaf->hdr.magic != AMR_LEAF_MAGIC)
+				continue;
+			n = Min(leaf->hdr.nentries, (uint64) AMR_LEAF_CAPACITY);
+			for (i = 0; i < n; i++)
+			{
+				if (!(leaf->entries[i].flags & AMR_ENTRY_FLAG_DEAD) &&
+					leaf->entries[i].insert_lsn > horizon)
+				{
+					amr_leaf_mark_dead_pmem(leaf, (int) i);
+					pruned++;
+				}
+			}
+		}
+		else
+		{
+			uint32		slot = AMR_WORD_SLOT(word);
+			uint32		tier = AMR_TIER_SSD;
+			int64		new_slot;
+			AmrFBox		mbr;
+			uint64		old;
+
+			if (e->lsn_hint != AMR_LSN_HINT_UNKNOWN &&
+				((uint64) e->lsn_hint << AMR_LSN_HINT_SHIFT) <= horizon)
+				continue;
+			amr_ssd_read_images(NULL, &slot, &buf, 1);
+			if (buf->hdr.magic != AMR_LEAF_MAGIC || buf->hdr.leaf_id != id ||
+				buf->hdr.version != AMR_WORD_VERSION(word) ||
+				!amr_leaf_image_checksum_ok(buf))
+			{
+				/* queries that reach it will report it, naming the index */
+				ereport(WARNING,
+						(errcode(ERRCODE_DATA_CORRUPTED),
+						 errmsg("amrtree: leaf %u in SSD slot %u is damaged; it was not checked for entries beyond the replayed WAL",
+								id, slot)));
+				continue;
+			}
+			amr_leaf_image_init(img, id, buf->hdr.tree_no, buf->hdr.tree_generation,
+								AMR_WORD_VERSION(word) + 1,
+								(buf->hdr.flags & AMR_LEAF_FLAG_NULLS) != 0);
+			for (i = 0; i < buf->hdr.nentries; i++)
+			{
+				if (buf->entries[i].flags & AMR_ENTRY_FLAG_DEAD)
+					continue;
+				if (buf->entries[i].insert_lsn > horizon)
+					pruned++;
+				else
+					img->entries[img->hdr.nentries++] = buf->entries[i];
+			}
+			if (img->hdr.nentries == amr_leaf_live_entries(buf))
+				continue;		/* the hint was loose: nothing to drop */
+
+			new_slot = amr_bitmap_alloc(s->ssd_used);
+			if (new_slot < 0)
+			{
+				tier = AMR_TIER_PMEM;
+				new_slot = amr_bitmap_alloc(s->pmem_used);
+			}
+			if (new_slot < 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+						 errmsg("amrtree cannot finish crash recovery: no free leaf slot to rewrite leaf %u",
+								id),
+						 errhint("Raise amrtree.ssd_size or amrtree.pmem_size and restart the server.")));
+			/* the box of the old image still covers the survivors */
+			mbr = amr_lt_mbr(s, id, word);
+			amr_tier_write(NULL, tier, (uint32) new_slot, img);
+			old = amr_lt_switch(s, id, tier, (uint32) new_slot, &mbr, img);
+			amr_free_word_slot(s, old);
+		}
+	}
+	return pruned;
+}
+
 void
 amr_reconcile(void)
 {
@@ -74,6 +274,12 @@ amr_reconcile(void)
 	uint32		dropped_leaves = 0;
 	uint32		discarded_splits = 0;
 	uint32		live_leaves = 0;
+	uint32		orphans = 0;
+	uint32		stale = 0;
+	uint64		pruned = 0;
+	AmrPoolHeader *hdr = s->header;
+	bool		history_reset = hdr->history_reset != 0;
+	XLogRecPtr	horizon = (XLogRecPtr) hdr->prune_horizon;
 	MemoryContext cxt;
 	MemoryContext old;
 
@@ -122,7 +328,47 @@ amr_reconcile(void)
 							tn, rec->state)));
 			persist_state(rec, AMR_TREE_DROPPED);
 		}
+
+		if (rec->state == AMR_TREE_VALID && history_reset)
+		{
+			persist_state(rec, AMR_TREE_DROPPED);
+			stale++;
+		}
+		else if (rec->state == AMR_TREE_VALID && tree_owner_gone(rec, tn))
+		{
+			persist_state(rec, AMR_TREE_DROPPED);
+			orphans++;
+		}
 	}
+	if (stale > 0)
+		ereport(LOG,
+				(errmsg("amrtree: dropped the trees of %u indexes: this data directory was restored or was a standby, so the PMEM pool does not match it",
+						stale),
+				 errhint("REINDEX every amrtree index; until then using one raises an error.")));
+	if (orphans > 0)
+		ereport(LOG,
+				(errmsg("amrtree: reclaiming the trees of %u indexes that no longer exist",
+						orphans)));
+
+	/*
+	 * The end of the WAL that crash recovery replayed bounds the entries
+	 * that may stay (step 3).  It is recorded in the pool before anything
+	 * is pruned: if we crash before pruning is over, the next start prunes
+	 * to the lower of the two horizons, since the WAL written after this
+	 * start's recovery may push the next replay end past entries that this
+	 * one must drop.
+	 */
+	if (amr_shared->unclean_start)
+	{
+		XLogRecPtr	replay_end = GetXLogReplayRecPtr(NULL);
+
+		if (!XLogRecPtrIsInvalid(replay_end) &&
+			(XLogRecPtrIsInvalid(horizon) || replay_end < horizon))
+			horizon = replay_end;
+	}
+	if (!XLogRecPtrIsInvalid(horizon) && hdr->prune_horizon != (uint64) horizon)
+		persist_header_u64(&hdr->prune_horizon, (uint64) horizon);
+	AMR_FAULT_POINT("reconcile:after_prune_horizon");
 
 	/*
 	 * 2. the Leaf Table.  Decide first, release afterwards: releasing bumps
@@ -194,6 +440,16 @@ amr_reconcile(void)
 		live_leaves++;
 	}
 
+	AMR_FAULT_POINT("reconcile:after_release");
+
+	/* 3. entries whose heap insert may not have survived the crash */
+	if (!XLogRecPtrIsInvalid(horizon))
+	{
+		pruned = prune_beyond(horizon, keep);
+		AMR_FAULT_POINT("reconcile:after_prune");
+		persist_header_u64(&hdr->prune_horizon, 0);
+	}
+
 	/* releases above moved the tier counters: recount from scratch below */
 	for (tn = 0; tn < AMR_MAX_TREES; tn++)
 	{
@@ -205,8 +461,10 @@ amr_reconcile(void)
 	for (tn = 0; tn < AMR_MAX_TREES; tn++)
 		if (s->tree_records[tn].state == AMR_TREE_DROPPED)
 			persist_state(&s->tree_records[tn], AMR_TREE_FREE);
+	if (history_reset)
+		persist_header_u64(&hdr->history_reset, 0);
 
-	/* 3. group leaves by (tree, side) with a counting sort */
+	/* group leaves by (tree, side) with a counting sort */
 	start = palloc0(sizeof(uint32) * (AMR_MAX_TREES * 2 + 1));
 	for (tn = 1; tn <= AMR_MAX_TREES * 2; tn++)
 		start[tn] = start[tn - 1] + per_tree[tn - 1];
@@ -275,7 +533,10 @@ amr_reconcile(void)
 	pg_atomic_fetch_add_u64(&amr_shared->rebuilds, 1);
 	ereport(LOG,
 			(errmsg("amrtree: rebuilt inner nodes from the Leaf Table: %u leaves live, %u released, %u half-published splits discarded",
-					live_leaves, dropped_leaves, discarded_splits)));
+					live_leaves, dropped_leaves, discarded_splits),
+			 !XLogRecPtrIsInvalid(horizon) ?
+			 errdetail("After the crash, " UINT64_FORMAT " entries inserted beyond the end of the replayed WAL (%X/%X) were dropped.",
+					   pruned, LSN_FORMAT_ARGS(horizon)) : 0));
 
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);

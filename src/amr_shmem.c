@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <time.h>
@@ -63,6 +64,7 @@ static char pool_error_hint[512];
 static char pool_media[128];
 static int	shmem_startups = 0;
 static bool control_file_clean = true;
+static int	ssd_lock_fd = -1;	/* flock()ed for the postmaster's lifetime */
 
 /* SSD slot file (opened by the postmaster, inherited by every child) */
 AmrSsdIo	amr_ssd_io = {-1, AMR_IO_URING, AMR_SSD_SYNC_FDATASYNC, false, NULL, 0};
@@ -454,6 +456,26 @@ ssd_open_or_create(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 							 (unsigned long long) want_slots)));
 	}
 
+	/*
+	 * One server per slot file, as libpmemobj's lock gives one server per
+	 * pool: a second server (a standby on the same host with the same path,
+	 * say) must not adopt or write it.  The lock lives as long as this
+	 * descriptor, which the postmaster keeps open and its children inherit.
+	 */
+	if (ssd_lock_fd < 0)
+	{
+		ssd_lock_fd = open(path, O_RDONLY | PG_BINARY, 0);
+		if (ssd_lock_fd >= 0 && flock(ssd_lock_fd, LOCK_EX | LOCK_NB) != 0)
+		{
+			snprintf(detail, sizeof(detail), "flock(\"%s\") failed: %s", path, strerror(errno));
+			close(ssd_lock_fd);
+			ssd_lock_fd = -1;
+			pool_fail("the SSD slot file is in use by another server", detail,
+					  "Give every server its own amrtree.ssd_path (and amrtree.pmem_path).");
+			return false;
+		}
+	}
+
 	fd = open(path, O_RDWR | PG_BINARY, 0);
 	if (fd < 0 || !read_ssd_header(fd, &h) || h.checksum != amr_ssd_header_checksum(&h))
 	{
@@ -757,6 +779,46 @@ compute_layout(AmrShmemLayout *l)
 	l->total = off + AMR_SLOT_SIZE;
 }
 
+/*
+ * A data directory that starts from a base backup (backup_label), for
+ * archive recovery (recovery.signal) or as a standby (standby.signal) has a
+ * history the pool did not follow: the pool is a copy taken while the heap
+ * kept changing, or belongs to the server it was copied from, or to a point
+ * beyond the recovery target.  Its trees cannot be trusted to match the
+ * heap, so every one is dropped at the next reconciliation and its index
+ * asks for REINDEX.  Checked in the postmaster before recovery starts (it
+ * removes these files); recorded in the pool so that the verdict survives
+ * until the reconciliation has acted on it.
+ */
+static void
+note_history_reset(void)
+{
+	static const char *const markers[] = {"backup_label", "recovery.signal", "standby.signal"};
+	AmrPoolHeader *hdr = amr_store.header;
+	int			i;
+
+	for (i = 0; i < lengthof(markers); i++)
+	{
+		char		path[MAXPGPATH];
+		struct stat st;
+
+		snprintf(path, sizeof(path), "%s/%s", DataDir, markers[i]);
+		if (stat(path, &st) != 0)
+			continue;
+		if (hdr->history_reset == 0)
+		{
+			hdr->history_reset = 1;
+			pmem_persist(&hdr->history_reset, sizeof(hdr->history_reset));
+			if (!pmem_is_pmem(hdr, sizeof(*hdr)))
+				pmem_msync(hdr, sizeof(*hdr));
+		}
+		ereport(LOG,
+				(errmsg("amrtree: \"%s\" exists: the PMEM pool may not match this data directory's history; its amrtree indexes will need REINDEX",
+						markers[i])));
+		return;
+	}
+}
+
 static void
 amr_shmem_request(void)
 {
@@ -777,6 +839,8 @@ amr_shmem_request(void)
 	pfree(cf);
 
 	pool_open_or_create();
+	if (pool_status == AMR_POOL_READY)
+		note_history_reset();
 	compute_layout(&layout);
 	RequestAddinShmemSpace(layout.total);
 }

@@ -158,6 +158,7 @@ migrate_prepare(AmrTree *t, Migration *m, uint32 to)
 	m->img->hdr.version = AMR_WORD_VERSION(m->word) + 1;
 	PG_TRY();
 	{
+		AMR_FAULT_POINT(to == AMR_TIER_PMEM ? "promote:before_copy" : "demote:before_copy");
 		amr_tier_write_ext(NULL, to, (uint32) m->slot, m->img, false);
 	}
 	PG_CATCH();
@@ -202,8 +203,8 @@ migrate_commit(AmrTree *t, Migration *m, uint32 to)
 			uint64		old;
 
 			START_CRIT_SECTION();
-			old = amr_lt_switch(s, m->leaf_id, to, (uint32) m->slot, &mbr,
-								(uint32) amr_leaf_live_entries(m->img));
+			old = amr_lt_switch(s, m->leaf_id, to, (uint32) m->slot, &mbr, m->img);
+			AMR_FAULT_POINT(to == AMR_TIER_PMEM ? "promote:after_switch" : "demote:after_switch");
 			amr_free_word_slot(s, old);
 			END_CRIT_SECTION();
 			/* a DRAM copy (R6) follows: it is the same image, new version */
@@ -243,6 +244,7 @@ migrate_batch(AmrTree *t, const uint32 *ids, int n, uint32 to, Migration *m,
 		}
 		if (to == AMR_TIER_SSD)
 			amr_ssd_flush(NULL);
+		AMR_FAULT_POINT(to == AMR_TIER_PMEM ? "promote:after_copy_persisted" : "demote:after_copy_persisted");
 		for (i = 0; i < n; i++)
 			if (m[i].slot >= 0)
 				moved[i] = migrate_commit(t, &m[i], to);

@@ -23,6 +23,7 @@
  */
 #include "amrtree.h"
 
+#include "access/xlog.h"
 #include "commands/vacuum.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
@@ -95,7 +96,11 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
 		{
 			removed++;
 			if (free_slot < 0)
+			{
+				AMR_FAULT_POINT("vacuum:before_mark_dead");
 				amr_leaf_mark_dead_pmem(leaf, (int) i);
+				AMR_FAULT_POINT("vacuum:after_mark_dead");
+			}
 		}
 	}
 	if (removed > 0 && free_slot >= 0)
@@ -106,10 +111,12 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
 		img->hdr.nentries = kept;
 		mbr = (img->hdr.flags & AMR_LEAF_FLAG_NULLS) ? amr_fbox_empty()
 			: amr_leaf_image_mbr(img);
+		AMR_FAULT_POINT("vacuum:before_image");
 		amr_tier_write(index, AMR_TIER_PMEM, (uint32) free_slot, img);
+		AMR_FAULT_POINT("vacuum:after_image_persisted");
 		/* commit point */
-		old_word = amr_lt_switch(s, leaf_id, AMR_TIER_PMEM, (uint32) free_slot, &mbr,
-								 (uint32) kept);
+		old_word = amr_lt_switch(s, leaf_id, AMR_TIER_PMEM, (uint32) free_slot, &mbr, img);
+		AMR_FAULT_POINT("vacuum:after_switch");
 		amr_free_word_slot(s, old_word);
 		amr_cache_refresh(leaf_id, img);
 	}
@@ -177,14 +184,16 @@ vacuum_ssd_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 		amr_report_status(AMR_ERR_SSD_FULL, index);
 	PG_TRY();
 	{
+		AMR_FAULT_POINT("vacuum:before_image");
 		amr_tier_write(index, tier, (uint32) slot, img);
+		AMR_FAULT_POINT("vacuum:after_image_persisted");
 		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
 		if (amr_lt_word(s, leaf_id) == word)
 		{
 			uint64		old_word;
 
-			old_word = amr_lt_switch(s, leaf_id, tier, (uint32) slot, &mbr,
-									 (uint32) img->hdr.nentries);
+			old_word = amr_lt_switch(s, leaf_id, tier, (uint32) slot, &mbr, img);
+			AMR_FAULT_POINT("vacuum:after_switch");
 			amr_free_word_slot(s, old_word);
 			amr_cache_refresh(leaf_id, img);
 			__atomic_sub_fetch(&t->nentries, removed, __ATOMIC_RELAXED);
@@ -221,6 +230,16 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 
 	if (stats == NULL)
 		stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
+
+	/*
+	 * Removing an entry is durable at once, without WAL.  Flush the WAL
+	 * first, so that it holds the commit of every transaction whose deletes
+	 * VACUUM is about to act on (with synchronous_commit = off it may not
+	 * yet), and the heap's own pruning: a crash can then not resurrect a
+	 * row whose entry is gone.  See docs/design.md, "Removing entries".
+	 */
+	if (RelationNeedsWAL(index))
+		XLogFlush(GetXLogInsertRecPtr());
 
 	collect_all_leaves(t, &list, &start_nsn);
 	for (pos = 0; pos < list.n; pos++)

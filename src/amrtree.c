@@ -215,6 +215,7 @@ define_gucs(void)
 							 PGC_USERSET,
 							 0,
 							 NULL, NULL, NULL);
+	amr_fault_define_guc();
 	MarkGUCPrefixReserved("amrtree");
 }
 

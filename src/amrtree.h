@@ -248,4 +248,8 @@ extern void amr_box_from_datum(Relation index, Datum d, AmrBox *out);
 /* current WAL insert position, recorded in every entry (DESIGN 5) */
 extern XLogRecPtr amr_insert_lsn(void);
 
+/* ---- crash points for tests (amr_fault.c) ---- */
+extern char *amr_fault_injection;
+extern void amr_fault_define_guc(void);
+
 #endif							/* AMRTREE_H */

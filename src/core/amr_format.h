@@ -20,7 +20,7 @@
 
 #define AMR_POOL_LAYOUT			"amrtree"
 #define AMR_POOL_MAGIC			UINT64_C(0x3145455254524d41)	/* "AMRTREE1" */
-#define AMR_FORMAT_VERSION		1
+#define AMR_FORMAT_VERSION		2
 
 /* Leaves occupy fixed slots of this size on both tiers (O_DIRECT aligned). */
 #define AMR_SLOT_SIZE			4096
@@ -50,7 +50,12 @@ typedef struct AmrPoolHeader
 	uint64_t	trees_offset;
 	uint64_t	ssd_file_id;	/* identity of the SSD slot file this pool's
 								 * Leaf Table references; 0 before first use */
-	uint64_t	reserved[5];
+	uint64_t	prune_horizon;	/* WAL position entries are being pruned to
+								 * after a crash, 0 if none: a crash during
+								 * the pruning resumes it (amr_reconcile.c) */
+	uint64_t	history_reset;	/* nonzero: the data directory was restored
+								 * or is (was) a standby; every tree is stale */
+	uint64_t	reserved[3];
 	uint64_t	initialized;	/* AMR_POOL_MAGIC once everything above is */
 } AmrPoolHeader;
 
@@ -114,18 +119,28 @@ typedef enum AmrBudgetKind
 
 #define AMR_LT_FLAG_NULLS		0x0001	/* leaf holds NULL keys only */
 
+/*
+ * lsn_hint bounds the WAL insert positions of the entries of an image from
+ * above, in units of 64 KiB (AMR_LSN_HINT_SHIFT), so that pruning after a
+ * crash reads only the SSD images that may hold an entry beyond the end of
+ * the replayed WAL.  UINT32_MAX means "unknown": read the image.
+ */
+#define AMR_LSN_HINT_SHIFT		16
+#define AMR_LSN_HINT_UNKNOWN	UINT32_MAX
+
 typedef struct AmrLeafTableEntry
 {
 	uint64_t	word;			/* commit point, see above */
 	uint32_t	tree_no;
 	uint32_t	tree_generation;
-	uint32_t	flags;
+	uint16_t	flags;
+	uint16_t	entries;		/* live entries of the image when it was
+								 * published (exact for SSD images, which are
+								 * immutable; a hint for PMEM ones) */
 	uint32_t	split_origin;	/* leaf this one was split from, or
 								 * AMR_INVALID_LEAF */
 	uint32_t	split_origin_version;	/* origin's version before the split */
-	uint32_t	entries;		/* live entries of the image when it was
-								 * published (exact for SSD images, which are
-								 * immutable; a hint for PMEM ones) */
+	uint32_t	lsn_hint;		/* see above; exact for SSD images */
 	AmrFBox		mbr[2];			/* bounding box of the image of version v is
 								 * mbr[v & 1], so the box switches with the
 								 * word */

@@ -164,9 +164,12 @@ amr_leaf_append_pmem(AmrStore *s, uint32_t leaf_id, AmrLeaf *leaf,
 		*mbr = grown;
 		amr_persist(mbr, sizeof(*mbr));
 	}
+	AMR_FAULT_POINT("append:before_entry");
 	memcpy(&leaf->entries[n], entry, sizeof(*entry));
 	amr_persist(&leaf->entries[n], sizeof(*entry));
+	AMR_FAULT_POINT("append:after_entry_persisted");
 	amr_store_persist_u64(&leaf->hdr.nentries, n + 1);
+	AMR_FAULT_POINT("append:after_count_persisted");
 }
 
 uint64_t
@@ -232,8 +235,10 @@ amr_leaf_reuse_dead_pmem(AmrStore *s, uint32_t leaf_id, AmrLeaf *leaf, int pos,
 	dst->tid_blk_lo = entry->tid_blk_lo;
 	dst->tid_off = entry->tid_off;
 	amr_persist(dst, sizeof(*dst));
+	AMR_FAULT_POINT("append:reuse_after_entry_persisted");
 	__atomic_store_n(&dst->flags, entry->flags, __ATOMIC_RELEASE);
 	amr_persist(&dst->flags, sizeof(dst->flags));
+	AMR_FAULT_POINT("append:reuse_after_flag_persisted");
 }
 
 /* Per-tree leaf counts by tier, kept in step with every word change. */
@@ -251,12 +256,31 @@ count_tier(AmrStore *s, uint32_t tree_no, uint32_t tier, int delta)
 		__atomic_add_fetch(&t->ssd_leaves, (uint64_t) (int64_t) delta, __ATOMIC_RELAXED);
 }
 
+uint32_t
+amr_leaf_lsn_hint(const AmrLeaf *img)
+{
+	uint64_t	n = img->hdr.nentries;
+	uint64_t	max_lsn = 0;
+	uint64_t	hint;
+	uint64_t	i;
+
+	if (n > AMR_LEAF_CAPACITY)
+		return AMR_LSN_HINT_UNKNOWN;
+	for (i = 0; i < n; i++)
+		if (!(img->entries[i].flags & AMR_ENTRY_FLAG_DEAD) &&
+			img->entries[i].insert_lsn > max_lsn)
+			max_lsn = img->entries[i].insert_lsn;
+	/* rounded up, so that (hint << shift) >= every position */
+	hint = (max_lsn + ((UINT64_C(1) << AMR_LSN_HINT_SHIFT) - 1)) >> AMR_LSN_HINT_SHIFT;
+	return hint >= AMR_LSN_HINT_UNKNOWN ? AMR_LSN_HINT_UNKNOWN : (uint32_t) hint;
+}
+
 void
 amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
 				   uint32_t generation, uint32_t flags,
 				   uint32_t split_origin, uint32_t origin_version,
 				   uint32_t tier, uint32_t slot, const AmrFBox *mbr,
-				   uint32_t entries)
+				   const AmrLeaf *img)
 {
 	AmrLeafTableEntry *e = &s->lt[leaf_id];
 	uint64_t	old = amr_lt_word(s, leaf_id);
@@ -264,10 +288,11 @@ amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
 
 	e->tree_no = tree_no;
 	e->tree_generation = generation;
-	e->flags = flags;
+	e->flags = (uint16_t) flags;
 	e->split_origin = split_origin;
 	e->split_origin_version = origin_version;
-	e->entries = entries;
+	e->entries = (uint16_t) amr_leaf_live_entries(img);
+	e->lsn_hint = amr_leaf_lsn_hint(img);
 	e->mbr[version & 1] = *mbr;
 	amr_persist(e, sizeof(*e));
 	amr_store_persist_u64(&e->word, AMR_MAKE_WORD(tier, slot, version));
@@ -276,14 +301,15 @@ amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
 
 uint64_t
 amr_lt_switch(AmrStore *s, uint32_t leaf_id, uint32_t tier, uint32_t slot,
-			  const AmrFBox *mbr, uint32_t entries)
+			  const AmrFBox *mbr, const AmrLeaf *img)
 {
 	AmrLeafTableEntry *e = &s->lt[leaf_id];
 	uint64_t	old = amr_lt_word(s, leaf_id);
 	uint32_t	version = AMR_WORD_VERSION(old) + 1;
 
 	e->mbr[version & 1] = *mbr;
-	e->entries = entries;
+	e->entries = (uint16_t) amr_leaf_live_entries(img);
+	e->lsn_hint = amr_leaf_lsn_hint(img);
 	amr_persist(e, sizeof(*e));
 	amr_store_persist_u64(&e->word, AMR_MAKE_WORD(tier, slot, version));
 	count_tier(s, e->tree_no, AMR_WORD_TIER(old), -1);

@@ -194,7 +194,7 @@ amr_first_leaf_prepare(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
 
 void
 amr_first_leaf_commit(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
-					  bool nulls, AmrReservation *r)
+					  const AmrLeaf *img, bool nulls, AmrReservation *r)
 {
 	uint32_t	leaf_id = r->new_leaf;
 	AmrFBox		box = amr_entry_fbox(e);
@@ -202,7 +202,8 @@ amr_first_leaf_commit(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
 
 	amr_lt_publish_new(s, leaf_id, t->tree_no, t->generation,
 					   nulls ? AMR_LT_FLAG_NULLS : 0, AMR_INVALID_LEAF, 0,
-					   r->tier_left, r->slot_left, &mbr, 1);
+					   r->tier_left, r->slot_left, &mbr, img);
+	AMR_FAULT_POINT("first_leaf:after_publish");
 	amr_leaf_volatile_reset(&s->leaves[leaf_id]);
 	s->leaves[leaf_id].writes_pending = 1;
 	amr_add_first_leaf(s, t, nulls, leaf_id, &box);
@@ -248,10 +249,11 @@ amr_split_commit(AmrStore *s, AmrTree *t, uint32_t leaf_id, uint64_t word,
 	amr_lt_publish_new(s, r->new_leaf, t->tree_no, t->generation,
 					   nulls ? AMR_LT_FLAG_NULLS : 0,
 					   leaf_id, AMR_WORD_VERSION(word), r->tier_right, r->slot_right,
-					   right_box, (uint32_t) right->hdr.nentries);
+					   right_box, right);
+	AMR_FAULT_POINT("split:after_publish");
 	/* commit point */
-	old_word = amr_lt_switch(s, leaf_id, r->tier_left, r->slot_left, left_box,
-							 (uint32_t) left->hdr.nentries);
+	old_word = amr_lt_switch(s, leaf_id, r->tier_left, r->slot_left, left_box, left);
+	AMR_FAULT_POINT("split:after_switch");
 	amr_free_word_slot(s, old_word);
 
 	/*
@@ -335,7 +337,7 @@ amr_insert_single(AmrStore *s, AmrTree *t, const AmrLeafEntry *e)
 			return st;
 		amr_first_leaf_prepare(s, t, e, nulls, &r, &left);
 		amr_pmem_write_image(s, r.slot_left, &left);
-		amr_first_leaf_commit(s, t, e, nulls, &r);
+		amr_first_leaf_commit(s, t, e, &left, nulls, &r);
 	}
 	amr_release_reservation(s, &r);
 	__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);

@@ -53,4 +53,19 @@ extern void amr_memcpy_nodrain(void *dst, const void *src, size_t len);
 /* Atomic, persisted 8-byte store: the commit point primitive. */
 extern void amr_store_persist_u64(volatile uint64_t *addr, uint64_t value);
 
+/*
+ * Crash points for failure-atomicity tests (amrtree.fault_injection).  Every
+ * persist and every commit-point switch has one on each side; the hook is
+ * NULL unless a test armed a point, so a disarmed point costs one
+ * well-predicted branch.  The names are "operation:point" and are listed in
+ * src/amr_fault.c, which also implements the hook.
+ */
+extern void (*amr_fault_hook) (const char *point);
+
+#define AMR_FAULT_POINT(name) \
+	do { \
+		if (__builtin_expect(amr_fault_hook != NULL, 0)) \
+			amr_fault_hook(name); \
+	} while (0)
+
 #endif							/* AMR_PERSIST_H */

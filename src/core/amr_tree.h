@@ -105,6 +105,9 @@ typedef struct AmrTree
 	uint64_t	bytes_moved;
 	uint64_t	scans;
 	double		last_scan;		/* seconds since the Unix epoch, 0 = never */
+	/* lifecycle */
+	uint32_t	drops_pending;	/* atomic: transactions that will drop this
+								 * tree if they commit */
 } AmrTree;
 
 /*
@@ -219,23 +222,27 @@ extern void amr_leaf_reuse_dead_pmem(AmrStore *s, uint32_t leaf_id, AmrLeaf *lea
 
 /*
  * Publish a leaf id that was free: write its Leaf Table fields, persist,
- * then store and persist the word.
+ * then store and persist the word.  "img" is the image the word will point
+ * at (its live entries and WAL positions are summarised in the entry).
  */
 extern void amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
 							   uint32_t generation, uint32_t flags,
 							   uint32_t split_origin, uint32_t origin_version,
 							   uint32_t tier, uint32_t slot, const AmrFBox *mbr,
-							   uint32_t entries);
+							   const AmrLeaf *img);
 
 /*
  * Switch an existing leaf to a new image: store the MBR for the next
- * version (and the image's entry count), persist, then store and persist
- * the new word.  Returns the old word so the caller can reclaim the old
- * slot.  These functions also keep the tree's per-tier leaf counts.
+ * version (and the image's summary), persist, then store and persist the
+ * new word.  Returns the old word so the caller can reclaim the old slot.
+ * These functions also keep the tree's per-tier leaf counts.
  */
 extern uint64_t amr_lt_switch(AmrStore *s, uint32_t leaf_id, uint32_t tier,
 							  uint32_t slot, const AmrFBox *mbr,
-							  uint32_t entries);
+							  const AmrLeaf *img);
+
+/* Upper bound of an image's entry WAL positions, as a Leaf Table lsn_hint. */
+extern uint32_t amr_leaf_lsn_hint(const AmrLeaf *img);
 
 /* Mark a leaf id free (version still grows); returns the old word. */
 extern uint64_t amr_lt_release(AmrStore *s, uint32_t leaf_id);
@@ -421,6 +428,7 @@ extern void amr_leaf_volatile_reset(AmrLeafVolatile *v);
 extern void amr_first_leaf_prepare(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
 								   bool nulls, const AmrReservation *r, AmrLeaf *img);
 extern void amr_first_leaf_commit(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
+								  const AmrLeaf *img,
 								  bool nulls, AmrReservation *r);
 
 /*
