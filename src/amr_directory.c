@@ -506,6 +506,7 @@ apply_commit(void)
 	 */
 	if (!XLogRecPtrIsInvalid(XactLastCommitEnd))
 		XLogFlush(XactLastCommitEnd);
+	AMR_FAULT_POINT("commit:before_apply");
 
 	/* drops first: a tree created and superseded in one transaction goes */
 	for (p = pending_actions; p; p = p->next)

@@ -61,6 +61,7 @@ static const char *const fault_points[] = {
 	"build:after_leaf_persisted",
 	"build:after_leaf_published",
 	"build:after_metapage",
+	"commit:before_apply",
 	"create:before_valid",
 	"drop:after_dropped_state",
 	"drop:after_leaf_released",
