@@ -5,7 +5,8 @@
  *		failure-atomicity tests.  Not for production use.
  *
  * The setting is "operation:point" or "operation:point:N" (crash at the
- * N-th time this process reaches the point; default 1).  The process that
+ * N-th time this process reaches the point; default 1), or a comma-separated
+ * list of such items, which may include conditions (see below).  The process that
  * reaches it writes the file "amrtree_fault_fired" into the data directory
  * and calls abort(), so the postmaster goes through its crash-restart cycle
  * exactly as after a real crash.  The file disarms the point: a fault fires
@@ -74,35 +75,58 @@ static const char *const fault_points[] = {
 
 char	   *amr_fault_injection = NULL;
 
-/* the armed point of this process, parsed by the assign hook */
+/*
+ * Conditions, unlike crash points, do not crash: while armed, the code that
+ * asks for one (AMR_FAULT_ACTIVE) behaves as if the condition held, so that
+ * a test can reach a path that is otherwise rare -- VACUUM of a PMEM leaf
+ * when no PMEM slot is free marks entries dead in place.
+ */
+static const char *const fault_conditions[] = {
+	"vacuum:pmem_full",
+	NULL
+};
+
+#define MAX_ARMED 4
+
+/* what the setting arms, parsed by the check hook */
 typedef struct FaultArm
 {
-	char		point[64];
-	int			nth;
+	int			n;
+	struct
+	{
+		char		point[64];
+		int			nth;
+		bool		condition;
+	}			p[MAX_ARMED];
 } FaultArm;
 
-static char fault_point[64];
-static int	fault_nth = 0;
-static int	fault_hits = 0;
+static FaultArm armed;
+static int	fault_hits[MAX_ARMED];
 static bool fault_disarmed = false;
 
-static void
+static bool
 fault_fire(const char *point)
 {
+	int			i;
 	int			fd;
 	struct rlimit no_core = {0, 0};
 
-	if (fault_disarmed || strcmp(point, fault_point) != 0)
-		return;
-	if (++fault_hits < fault_nth)
-		return;
+	for (i = 0; i < armed.n; i++)
+		if (strcmp(point, armed.p[i].point) == 0)
+			break;
+	if (i == armed.n)
+		return false;
+	if (armed.p[i].condition)
+		return true;
+	if (fault_disarmed || ++fault_hits[i] < armed.p[i].nth)
+		return false;
 
 	fd = open(FAULT_FIRED_FILE, O_CREAT | O_EXCL | O_WRONLY, S_IRUSR | S_IWUSR);
 	if (fd < 0)
 	{
 		/* fired before this arming's restart (or cannot record it): stay up */
 		fault_disarmed = true;
-		return;
+		return false;
 	}
 	if (write(fd, amr_fault_injection, strlen(amr_fault_injection)) < 0 ||
 		fsync(fd) != 0)
@@ -119,13 +143,71 @@ fault_fire(const char *point)
 }
 
 static bool
+known(const char *const *list, const char *name)
+{
+	int			i;
+
+	for (i = 0; list[i] != NULL; i++)
+		if (strcmp(list[i], name) == 0)
+			return true;
+	return false;
+}
+
+/* One "operation:point[:N]" item of the setting. */
+static bool
+parse_item(const char *item, size_t len, FaultArm *arm)
+{
+	char		buf[128];
+	char	   *first_colon;
+	char	   *last_colon;
+	int			k = arm->n;
+
+	if (len == 0 || len >= sizeof(buf) || k >= MAX_ARMED)
+	{
+		GUC_check_errdetail("Give at most %d comma-separated points of at most 63 characters.",
+							MAX_ARMED);
+		return false;
+	}
+	memcpy(buf, item, len);
+	buf[len] = '\0';
+	arm->p[k].nth = 1;
+	first_colon = strchr(buf, ':');
+	last_colon = strrchr(buf, ':');
+	if (first_colon != NULL && last_colon != first_colon)
+	{
+		char	   *end;
+		long		n = strtol(last_colon + 1, &end, 10);
+
+		if (*end != '\0' || n < 1 || n > 1000000000)
+		{
+			GUC_check_errdetail("The count after \"%s\" must be a positive integer.", buf);
+			return false;
+		}
+		arm->p[k].nth = (int) n;
+		*last_colon = '\0';
+	}
+	if (strlen(buf) >= sizeof(arm->p[k].point))
+	{
+		GUC_check_errdetail("\"%s\" is not an amrtree fault injection point.", buf);
+		return false;
+	}
+	strlcpy(arm->p[k].point, buf, sizeof(arm->p[k].point));
+	arm->p[k].condition = known(fault_conditions, buf);
+	if (!arm->p[k].condition && !known(fault_points, buf))
+	{
+		GUC_check_errdetail("\"%s\" is not an amrtree fault injection point.", buf);
+		GUC_check_errhint("The points are listed in docs/user-guide.md, \"Testing crash safety\".");
+		return false;
+	}
+	arm->n++;
+	return true;
+}
+
+static bool
 check_fault_injection(char **newval, void **extra, GucSource source)
 {
 	const char *spec = *newval;
-	const char *last_colon;
 	FaultArm   *arm;
-	size_t		len;
-	int			i;
 
 	if (spec == NULL || spec[0] == '\0')
 		return true;
@@ -134,37 +216,24 @@ check_fault_injection(char **newval, void **extra, GucSource source)
 	arm = malloc(sizeof(FaultArm));
 	if (arm == NULL)
 		return false;
-	arm->nth = 1;
-	len = strlen(spec);
-	last_colon = strrchr(spec, ':');
-	if (last_colon != NULL && last_colon != strchr(spec, ':'))
+	memset(arm, 0, sizeof(*arm));
+	for (;;)
 	{
-		char	   *end;
-		long		n = strtol(last_colon + 1, &end, 10);
+		const char *comma = strchr(spec, ',');
+		size_t		len = comma ? (size_t) (comma - spec) : strlen(spec);
 
-		if (*end != '\0' || n < 1 || n > 1000000000)
+		while (len > 0 && *spec == ' ')
+			spec++, len--;
+		while (len > 0 && spec[len - 1] == ' ')
+			len--;
+		if (!parse_item(spec, len, arm))
 		{
-			GUC_check_errdetail("The count after the point must be a positive integer.");
 			free(arm);
 			return false;
 		}
-		arm->nth = (int) n;
-		len = last_colon - spec;
-	}
-	if (len >= sizeof(arm->point))
-		len = sizeof(arm->point) - 1;
-	memcpy(arm->point, spec, len);
-	arm->point[len] = '\0';
-
-	for (i = 0; fault_points[i] != NULL; i++)
-		if (strcmp(fault_points[i], arm->point) == 0)
+		if (comma == NULL)
 			break;
-	if (fault_points[i] == NULL)
-	{
-		GUC_check_errdetail("\"%s\" is not an amrtree fault injection point.", arm->point);
-		GUC_check_errhint("The points are listed in docs/user-guide.md, \"Testing crash safety\".");
-		free(arm);
-		return false;
+		spec = comma + 1;
 	}
 	*extra = arm;
 	return true;
@@ -173,19 +242,15 @@ check_fault_injection(char **newval, void **extra, GucSource source)
 static void
 assign_fault_injection(const char *newval, void *extra)
 {
-	FaultArm   *arm = (FaultArm *) extra;
-
-	fault_hits = 0;
+	memset(fault_hits, 0, sizeof(fault_hits));
 	fault_disarmed = false;
-	if (arm == NULL)
+	if (extra == NULL)
 	{
-		fault_point[0] = '\0';
-		fault_nth = 0;
+		armed.n = 0;
 		amr_fault_hook = NULL;
 		return;
 	}
-	strlcpy(fault_point, arm->point, sizeof(fault_point));
-	fault_nth = arm->nth;
+	armed = *(FaultArm *) extra;
 	amr_fault_hook = fault_fire;
 }
 
@@ -194,7 +259,8 @@ amr_fault_define_guc(void)
 {
 	DefineCustomStringVariable("amrtree.fault_injection",
 							   "Crashes the process at a named point (for crash-safety tests only).",
-							   "\"operation:point\" or \"operation:point:N\"; empty disables. "
+							   "\"operation:point\" or \"operation:point:N\" (or a comma-separated list); "
+							   "empty disables. "
 							   "Fires once, then is disarmed until the file amrtree_fault_fired "
 							   "in the data directory is removed.",
 							   &amr_fault_injection,

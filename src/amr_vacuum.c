@@ -66,7 +66,7 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
 	int64		free_slot;
 
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-	free_slot = amr_bitmap_alloc(s->pmem_used);
+	free_slot = AMR_FAULT_ACTIVE("vacuum:pmem_full") ? -1 : amr_bitmap_alloc(s->pmem_used);
 	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
 	if (AMR_WORD_TIER(amr_lt_word(s, leaf_id)) != AMR_TIER_PMEM)
 	{

@@ -21,7 +21,7 @@
 #define AMR_NT_THRESHOLD 256
 
 AmrPersistMode amr_persist_mode = AMR_PERSIST_CLWB;
-void		(*amr_fault_hook) (const char *point) = NULL;
+bool		(*amr_fault_hook) (const char *point) = NULL;
 
 typedef enum
 {

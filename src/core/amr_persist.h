@@ -60,12 +60,16 @@ extern void amr_store_persist_u64(volatile uint64_t *addr, uint64_t value);
  * well-predicted branch.  The names are "operation:point" and are listed in
  * src/amr_fault.c, which also implements the hook.
  */
-extern void (*amr_fault_hook) (const char *point);
+extern bool (*amr_fault_hook) (const char *point);
 
 #define AMR_FAULT_POINT(name) \
 	do { \
 		if (__builtin_expect(amr_fault_hook != NULL, 0)) \
-			amr_fault_hook(name); \
+			(void) amr_fault_hook(name); \
 	} while (0)
+
+/* Is a simulated condition (such as "no free slot") armed? */
+#define AMR_FAULT_ACTIVE(name) \
+	(__builtin_expect(amr_fault_hook != NULL, 0) && amr_fault_hook(name))
 
 #endif							/* AMR_PERSIST_H */
