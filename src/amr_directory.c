@@ -32,11 +32,16 @@
 #include "catalog/objectaccess.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_database.h"
+#include "catalog/pg_tablespace_d.h"
+#include "commands/dbcommands.h"
+#include "commands/tablespace.h"
 #include "commands/defrem.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "storage/smgr.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -62,6 +67,7 @@ typedef struct PendingAction
 
 static PendingAction *pending_actions = NULL;
 static object_access_hook_type prev_object_access_hook = NULL;
+static ProcessUtility_hook_type prev_process_utility_hook = NULL;
 
 static void
 remember(PendingKind kind, uint32 tree_no, uint32 generation, Oid db_oid)
@@ -608,9 +614,130 @@ amr_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 }
 
+/* ---- tablespace moves ---- */
+
+/*
+ * ALTER INDEX ... SET TABLESPACE and ALTER DATABASE ... SET TABLESPACE copy
+ * an index's files to new storage without calling the access method, so
+ * the tree would be left keyed by the old storage, and a restart would take
+ * it for an orphan.  REINDEX (TABLESPACE ...) rebuilds the tree where it
+ * should be; we point there instead.
+ */
+static void
+refuse_index_move(Oid indexoid)
+{
+	HeapTuple	tup;
+	Form_pg_class cls;
+	Oid			am = get_index_am_oid("amrtree", true);
+
+	if (!OidIsValid(am) || !OidIsValid(indexoid))
+		return;
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(indexoid));
+	if (!HeapTupleIsValid(tup))
+		return;
+	cls = (Form_pg_class) GETSTRUCT(tup);
+	if (cls->relkind == RELKIND_INDEX && cls->relam == am)
+	{
+		char	   *name = quote_qualified_identifier(get_namespace_name(cls->relnamespace),
+													  NameStr(cls->relname));
+
+		ReleaseSysCache(tup);
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("amrtree index %s cannot be moved to another tablespace by copying its files", name),
+				 errdetail("Its leaves live in the amrtree pool, keyed by the index's storage."),
+				 errhint("Rebuild it in the new tablespace: REINDEX (TABLESPACE new_tablespace) INDEX %s;",
+						 name)));
+	}
+	ReleaseSysCache(tup);
+}
+
+static bool
+database_has_trees(Oid db_oid, Oid spc_oid)
+{
+	uint32		i;
+
+	for (i = 0; i < AMR_MAX_TREES; i++)
+	{
+		AmrTreeRecord *rec = &amr_store.tree_records[i];
+
+		if ((rec->state == AMR_TREE_VALID || rec->state == AMR_TREE_BUILDING) &&
+			rec->db_oid == db_oid && (!OidIsValid(spc_oid) || rec->spc_oid == spc_oid))
+			return true;
+	}
+	return false;
+}
+
+static void
+amr_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+					ProcessUtilityContext context, ParamListInfo params,
+					QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *parsetree = pstmt->utilityStmt;
+
+	if (amr_is_ready())
+	{
+		if (IsA(parsetree, AlterTableStmt))
+		{
+			AlterTableStmt *stmt = (AlterTableStmt *) parsetree;
+			ListCell   *lc;
+
+			foreach(lc, stmt->cmds)
+			{
+				AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
+
+				if (cmd->subtype == AT_SetTableSpace)
+					refuse_index_move(RangeVarGetRelid(stmt->relation, NoLock, true));
+			}
+		}
+		else if (IsA(parsetree, AlterTableMoveAllStmt))
+		{
+			AlterTableMoveAllStmt *stmt = (AlterTableMoveAllStmt *) parsetree;
+			Oid			from = get_tablespace_oid(stmt->orig_tablespacename, true);
+
+			if (stmt->objtype == OBJECT_INDEX &&
+				database_has_trees(MyDatabaseId,
+								   from == InvalidOid || from == DEFAULTTABLESPACE_OID ?
+								   MyDatabaseTableSpace : from))
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("amrtree indexes cannot be moved to another tablespace by copying their files"),
+						 errhint("Rebuild them in the new tablespace with REINDEX (TABLESPACE ...), or move the other indexes one by one.")));
+		}
+		else if (IsA(parsetree, AlterDatabaseStmt))
+		{
+			AlterDatabaseStmt *stmt = (AlterDatabaseStmt *) parsetree;
+			ListCell   *lc;
+
+			foreach(lc, stmt->options)
+			{
+				DefElem    *opt = lfirst_node(DefElem, lc);
+				Oid			db = get_database_oid(stmt->dbname, true);
+
+				if (strcmp(opt->defname, "tablespace") == 0 && OidIsValid(db) &&
+					database_has_trees(db, InvalidOid))
+					ereport(ERROR,
+							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+							 errmsg("database \"%s\" has amrtree indexes, which ALTER DATABASE SET TABLESPACE cannot move",
+									stmt->dbname),
+							 errhint("Drop its amrtree indexes, move the database, and create them again.")));
+			}
+		}
+	}
+
+	if (prev_process_utility_hook)
+		prev_process_utility_hook(pstmt, queryString, readOnlyTree, context, params,
+								  queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+								queryEnv, dest, qc);
+}
+
 void
 amr_directory_register_hooks(void)
 {
+	prev_process_utility_hook = ProcessUtility_hook;
+	ProcessUtility_hook = amr_process_utility;
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = amr_object_access;
 	RegisterXactCallback(amr_xact_callback, NULL);
