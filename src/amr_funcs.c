@@ -48,6 +48,8 @@ amr_open_index_for_inspection(Oid indexoid, LOCKMODE lockmode)
 	Relation	heap;
 	Relation	index;
 
+	/* before any lock: a standby refuses ours with a less helpful error */
+	amr_require_ready();
 	if (!OidIsValid(heapoid))
 	{
 		char	   *name = get_rel_name(indexoid);

@@ -27,14 +27,15 @@ sub amr_pool_path
 
 # A node with amrtree preloaded.  Options: pool => path (default on
 # /dev/shm), pmem_size, dram_size, preload => 0 to leave it out, conf =>
-# extra postgresql.conf text, keep_pool => 1 to use an existing pool file.
+# extra postgresql.conf text, keep_pool => 1 to use an existing pool file,
+# init => { options of PostgreSQL::Test::Cluster::init }.
 sub amr_node
 {
 	my ($name, %opt) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	my $pool = exists $opt{pool} ? $opt{pool} : amr_pool_path($name);
 
-	$node->init;
+	$node->init(%{ $opt{init} || {} });
 	my $conf = '';
 	$conf .= "shared_preload_libraries = 'amrtree'\n"
 	  unless defined $opt{preload} && !$opt{preload};

@@ -1,0 +1,106 @@
+# Where a pool does not belong: a streaming standby, a promoted standby
+# whose pool was copied by the base backup, a second server pointed at a
+# pool or slot file in use, a slot file of another cluster, truncated or
+# missing.  Each gets a clear ERROR, never silently empty results, and
+# REINDEX brings an index back.
+use strict;
+use warnings;
+use File::Copy;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
+use AmrTree;
+
+# pool and slot file at their defaults, inside the data directory, so that
+# the base backup copies them to the standby
+my $primary = amr_node('primary', pool => undef, init => { allows_streaming => 1 },
+	conf => "amrtree.ssd_size = 16MB\n");
+$primary->start;
+$primary->safe_psql('postgres', q{
+CREATE EXTENSION amrtree;
+CREATE TABLE t (id int, b box);
+INSERT INTO t SELECT g, box(point(g % 300, g / 300), point(g % 300 + 1, g / 300 + 1)) FROM generate_series(1, 30000) g;
+CREATE INDEX t_b ON t USING amrtree (b) WITH (pmem_budget = '50%');
+SELECT amrtree_settle('t_b', 0);});
+$primary->backup('base');
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($primary, 'base', has_streaming => 1);
+$standby->start;
+$primary->safe_psql('postgres', 'INSERT INTO t SELECT 100000 + g, box(point(g, g), point(g + 1, g + 1)) FROM generate_series(1, 1000) g');
+$primary->wait_for_catchup($standby);
+
+my $q = q{SELECT count(*) FROM t WHERE b && box '((10,10),(50,40))'};
+my $expected = $primary->safe_psql('postgres', $q);
+ok($standby->log_contains('"(backup_label|standby\.signal)" exists: the PMEM pool may not match'),
+	'the standby notes that its pool copy cannot be trusted');
+is($standby->safe_psql('postgres', $q), $expected, 'on the standby, the planner avoids the index and the query works');
+my ($ret, $out, $err) = $standby->psql('postgres', "SET enable_seqscan = off; $q");
+like($err, qr/ERROR:  amrtree indexes cannot be used during recovery/, 'a forced index scan on the standby is an error');
+like($err, qr/HINT:  Run the query on the primary; after promoting this server, REINDEX its amrtree indexes\./, '... with a hint');
+($ret, $out, $err) = $standby->psql('postgres', q{SELECT amrtree_check('t_b')});
+like($err, qr/cannot be used during recovery/, 'amrtree_check too');
+
+# promotion: the copied pool does not match the promoted history
+$standby->promote;
+$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()');
+($ret, $out, $err) = $standby->psql('postgres', "SET enable_seqscan = off; $q");
+like($err, qr/amrtree index "t_b" has no tree in the PMEM pool/, 'after promotion the index asks to be rebuilt');
+like($err, qr/HINT:  Rebuild it: REINDEX INDEX public\.t_b;/, '... with REINDEX in the hint');
+ok($standby->log_contains('dropped the trees of 1 indexes: this data directory was restored or was a standby'),
+	'the stale tree was dropped at the first use after promotion');
+$standby->safe_psql('postgres', 'REINDEX INDEX t_b');
+is($standby->safe_psql('postgres', "SET enable_seqscan = off; SET enable_bitmapscan = off; $q"), $expected,
+	'after REINDEX the promoted server answers through the index');
+is($standby->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and the index is valid');
+$standby->safe_psql('postgres', 'INSERT INTO t SELECT 200000 + g, box(point(g, g), point(g + 1, g + 1)) FROM generate_series(1, 500) g');
+$standby->restart;
+is($standby->safe_psql('postgres', "SET enable_seqscan = off; SET enable_bitmapscan = off; $q"),
+	$standby->safe_psql('postgres', $q), 'it keeps working across a restart');
+is($primary->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'the primary is unaffected');
+$standby->stop;
+
+# a second server pointed at the primary's pool or slot file while it runs
+my $pool = $primary->data_dir . '/pg_amrtree/pmem.pool';
+my $slots = $primary->data_dir . '/pg_amrtree/ssd.slots';
+my $intruder = amr_node('intruder', pool => $pool, keep_pool => 1);
+$intruder->start;
+($ret, $out, $err) = $intruder->psql('postgres', 'CREATE EXTENSION amrtree; CREATE TABLE x (b box); CREATE INDEX ON x USING amrtree (b)');
+like($err, qr/PMEM pool ".*" is not usable: could not open the PMEM pool/, 'a pool in use by another server is refused');
+like($err, qr/another server has it open/, '... saying why');
+$intruder->stop;
+$intruder->append_conf('postgresql.conf', "amrtree.pmem_path = 'pg_amrtree/own.pool'\namrtree.ssd_path = '$slots'\n");
+$intruder->start;
+($ret, $out, $err) = $intruder->psql('postgres', 'CREATE INDEX ON x USING amrtree (b)');
+like($err, qr/the SSD slot file is in use by another server/, 'a slot file in use by another server is refused');
+$intruder->stop;
+is($primary->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'the primary did not notice');
+
+# the primary's slot file in a server of another cluster (primary stopped)
+$primary->stop;
+$intruder->start;
+($ret, $out, $err) = $intruder->psql('postgres', 'CREATE INDEX ON x USING amrtree (b)');
+like($err, qr/the SSD slot file belongs to another cluster or pool/, 'a slot file of another cluster is refused');
+$intruder->stop;
+
+# truncated, then missing slot file
+copy($slots, "$slots.saved") or die;
+truncate($slots, (-s $slots) / 2) or die;
+$primary->start;
+($ret, $out, $err) = $primary->psql('postgres', "SET enable_seqscan = off; $q");
+like($err, qr/the SSD slot file is truncated/, 'a truncated slot file is refused');
+like($err, qr/HINT:  Restore the file/, '... with a hint');
+$primary->stop;
+rename($slots, "$slots.away") or die;
+$primary->start;
+($ret, $out, $err) = $primary->psql('postgres', "SET enable_seqscan = off; $q");
+like($err, qr/the SSD slot file is missing/, 'a missing slot file is refused, not taken as empty');
+$primary->stop;
+unlink "$slots.away";
+rename("$slots.saved", $slots) or die;
+$primary->start;
+is($primary->safe_psql('postgres', "SET enable_seqscan = off; SET enable_bitmapscan = off; $q"), $expected,
+	'with the slot file restored, everything is back');
+is($primary->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and valid');
+$primary->stop;
+done_testing();
