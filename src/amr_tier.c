@@ -151,7 +151,12 @@ migrate_prepare(AmrTree *t, Migration *m, uint32 to)
 	m->word = amr_leaf_copy(NULL, t, m->leaf_id, m->img, NULL, NULL);
 	if (m->word == 0 || AMR_WORD_TIER(m->word) == to)
 		return false;
-	m->slot = amr_bitmap_alloc(bm);
+	/*
+	 * Moving a leaf is optional, so it leaves the last few slots of each
+	 * tier to the paths that must not fail: VACUUM rewrites and split
+	 * halves that replace a slot they free.
+	 */
+	m->slot = amr_bitmap_alloc_keep(bm, AMR_SLOT_RESERVE);
 	if (m->slot < 0)
 		return false;
 	/* the image as it will be once the word switches to it */

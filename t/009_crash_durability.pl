@@ -139,6 +139,31 @@ WHERE NOT EXISTS (SELECT 1 FROM w WHERE w.b && box '((-1,-1),(1000,1000))' AND w
 }
 $node->safe_psql('postgres', 'ALTER SYSTEM RESET synchronous_commit; SELECT pg_reload_conf()');
 
+# --- kill -9 of a backend in the middle of the workload
+{
+	$node->safe_psql('postgres', 'TRUNCATE w');
+	my $script = "$dir/insert-kill.sql";
+	open my $fh, '>', $script or die;
+	print $fh <<'SQL';
+\set x random(0, 100000)
+\set y random(0, 100000)
+INSERT INTO w VALUES (:x, box(point(:x / 1000.0, :y / 1000.0), point(:x / 1000.0 + 0.01, :y / 1000.0 + 0.01)));
+SQL
+	close $fh;
+	my $h = IPC::Run::start([ 'pgbench', '-n', '-c', '2', '-j', '2', '-T', '30',
+		'-f', $script, '-h', $node->host, '-p', $node->port, 'postgres' ],
+		'>', "$dir/pgbench-kill.out", '2>&1');
+	sleep 2;
+	my $victim = $node->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' AND state = 'active' LIMIT 1});
+	$victim = $node->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' LIMIT 1}) unless $victim;
+	ok(kill('KILL', $victim), "kill -9 of an inserting backend ($victim)");
+	$h->finish;
+	wait_for_restart();
+	check_table('w', 'after kill -9 of a backend');
+}
+
 # --- 3. a crash while recovering, and a crash inside the reconciliation
 $node->safe_psql('postgres', q{
 CHECKPOINT;
