@@ -79,10 +79,12 @@ char	   *amr_fault_injection = NULL;
  * Conditions, unlike crash points, do not crash: while armed, the code that
  * asks for one (AMR_FAULT_ACTIVE) behaves as if the condition held, so that
  * a test can reach a path that is otherwise rare -- VACUUM of a PMEM leaf
- * when no PMEM slot is free marks entries dead in place.
+ * when no PMEM slot is free marks entries dead in place; a server that
+ * stops after recovery but before anyone reconciled.
  */
 static const char *const fault_conditions[] = {
 	"vacuum:pmem_full",
+	"reconcile:fail",
 	NULL
 };
 

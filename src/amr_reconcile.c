@@ -37,6 +37,8 @@
 #include <unistd.h>
 
 #include "access/transam.h"
+#include "access/xlog_internal.h"
+#include "access/xlogreader.h"
 #include "access/xlogrecovery.h"
 #include "catalog/pg_tablespace_d.h"
 #include "common/relpath.h"
@@ -78,6 +80,97 @@ persist_header_u64(uint64 *field, uint64 value)
 {
 	*field = value;
 	amr_persist(field, sizeof(*field));
+}
+
+/*
+ * The pruning horizon (step 3) is the end of the WAL that the first
+ * recovery after a crash replayed.  It must be known for certain even if
+ * the server stops again before any process reconciles: once recovery has
+ * ended, PostgreSQL writes new WAL past that point (its end-of-recovery
+ * checkpoint first), and it even marks the control file "shut down" for a
+ * moment after that checkpoint, so a stop in that window makes the next
+ * start look clean.  Hence the horizon lives in the pool header, set in
+ * two steps before anything else can run:
+ *
+ *	- the postmaster, seeing an unclean control file (or restarting its
+ *	  children after a crash), records the latest checkpoint as a
+ *	  provisional horizon: if there is nothing to replay, the WAL ends with
+ *	  that checkpoint record and no entry before it can be a phantom;
+ *	- the startup process, at the end of redo, replaces it with the exact
+ *	  end of the replayed WAL (a WAL resource manager's cleanup callback,
+ *	  the one hook that runs there).
+ *
+ * A horizon that is not provisional is only ever lowered: a recovery after
+ * a crash in the middle of pruning replays more WAL than the first one,
+ * including WAL written after the first one ended.  Reconciliation clears
+ * the horizon once every tree is pruned to it.
+ */
+#define AMR_HORIZON_PROVISIONAL (UINT64CONST(1) << 63)
+
+/* Postmaster, at an unclean start: see above. */
+void
+amr_note_unclean_start(XLogRecPtr last_checkpoint)
+{
+	AmrPoolHeader *hdr = amr_store.header;
+
+	if (hdr->prune_horizon == 0 || (hdr->prune_horizon & AMR_HORIZON_PROVISIONAL))
+		persist_header_u64(&hdr->prune_horizon,
+						   AMR_HORIZON_PROVISIONAL | (uint64) last_checkpoint);
+}
+
+/* amrtree writes no WAL records (yet); a record with its id is foreign */
+static void
+amr_rmgr_redo(XLogReaderState *record)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("amrtree writes no WAL records, but a record for WAL resource manager %d was found",
+					(int) XLogRecGetRmid(record)),
+			 errhint("Another extension may use the same resource manager id; set amrtree.wal_rmgr_id to a different value.")));
+}
+
+static void
+amr_rmgr_desc(StringInfo buf, XLogReaderState *record)
+{
+}
+
+static const char *
+amr_rmgr_identify(uint8 info)
+{
+	return NULL;
+}
+
+/* Startup process, at the end of redo: see above.  Must not fail. */
+static void
+amr_rmgr_cleanup(void)
+{
+	AmrPoolHeader *hdr = amr_store.header;
+	XLogRecPtr	replay_end;
+
+	if (!amr_pool_is_open())
+		return;
+	replay_end = GetXLogReplayRecPtr(NULL);
+	if (XLogRecPtrIsInvalid(replay_end))
+		return;
+	if (hdr->prune_horizon == 0 ||
+		(hdr->prune_horizon & AMR_HORIZON_PROVISIONAL) ||
+		(uint64) replay_end < hdr->prune_horizon)
+		persist_header_u64(&hdr->prune_horizon, (uint64) replay_end);
+}
+
+static RmgrData amr_rmgr = {
+	.rm_name = "amrtree",
+	.rm_redo = amr_rmgr_redo,
+	.rm_desc = amr_rmgr_desc,
+	.rm_identify = amr_rmgr_identify,
+	.rm_cleanup = amr_rmgr_cleanup,
+};
+
+/* At preload: the resource manager whose cleanup callback marks redo's end. */
+void
+amr_register_wal_rmgr(int rmid)
+{
+	RegisterCustomRmgr((RmgrId) rmid, &amr_rmgr);
 }
 
 /*
@@ -279,9 +372,15 @@ amr_reconcile(void)
 	uint64		pruned = 0;
 	AmrPoolHeader *hdr = s->header;
 	bool		history_reset = hdr->history_reset != 0;
-	XLogRecPtr	horizon = (XLogRecPtr) hdr->prune_horizon;
+	XLogRecPtr	horizon = InvalidXLogRecPtr;
+	bool		after_crash = amr_shared->unclean_start || hdr->prune_horizon != 0;
 	MemoryContext cxt;
 	MemoryContext old;
+
+	if (AMR_FAULT_ACTIVE("reconcile:fail"))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("amrtree: reconciliation refused by amrtree.fault_injection")));
 
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "amrtree reconcile",
 								ALLOCSET_DEFAULT_SIZES);
@@ -350,24 +449,9 @@ amr_reconcile(void)
 				(errmsg("amrtree: reclaiming the trees of %u indexes that no longer exist",
 						orphans)));
 
-	/*
-	 * The end of the WAL that crash recovery replayed bounds the entries
-	 * that may stay (step 3).  It is recorded in the pool before anything
-	 * is pruned: if we crash before pruning is over, the next start prunes
-	 * to the lower of the two horizons, since the WAL written after this
-	 * start's recovery may push the next replay end past entries that this
-	 * one must drop.
-	 */
-	if (amr_shared->unclean_start)
-	{
-		XLogRecPtr	replay_end = GetXLogReplayRecPtr(NULL);
-
-		if (!XLogRecPtrIsInvalid(replay_end) &&
-			(XLogRecPtrIsInvalid(horizon) || replay_end < horizon))
-			horizon = replay_end;
-	}
-	if (!XLogRecPtrIsInvalid(horizon) && hdr->prune_horizon != (uint64) horizon)
-		persist_header_u64(&hdr->prune_horizon, (uint64) horizon);
+	/* the WAL position entries are pruned to, if a crash preceded us */
+	if (hdr->prune_horizon != 0)
+		horizon = (XLogRecPtr) (hdr->prune_horizon & ~AMR_HORIZON_PROVISIONAL);
 	AMR_FAULT_POINT("reconcile:after_prune_horizon");
 
 	/*
@@ -390,7 +474,7 @@ amr_reconcile(void)
 		if (rec == NULL || rec->state != AMR_TREE_VALID ||
 			rec->generation != e->tree_generation)
 			keep[id] = 0;
-		else if ((rec->flags & AMR_TREE_FLAG_UNLOGGED) && amr_shared->unclean_start)
+		else if ((rec->flags & AMR_TREE_FLAG_UNLOGGED) && after_crash)
 			keep[id] = 0;
 		else if (e->split_origin != AMR_INVALID_LEAF &&
 				 (e->split_origin >= cap ||
@@ -443,9 +527,10 @@ amr_reconcile(void)
 	AMR_FAULT_POINT("reconcile:after_release");
 
 	/* 3. entries whose heap insert may not have survived the crash */
-	if (!XLogRecPtrIsInvalid(horizon))
+	if (hdr->prune_horizon != 0)
 	{
-		pruned = prune_beyond(horizon, keep);
+		if (!XLogRecPtrIsInvalid(horizon))
+			pruned = prune_beyond(horizon, keep);
 		AMR_FAULT_POINT("reconcile:after_prune");
 		persist_header_u64(&hdr->prune_horizon, 0);
 	}

@@ -64,6 +64,7 @@ static char pool_error_hint[512];
 static char pool_media[128];
 static int	shmem_startups = 0;
 static bool control_file_clean = true;
+static XLogRecPtr control_file_checkpoint = InvalidXLogRecPtr;
 static int	ssd_lock_fd = -1;	/* flock()ed for the postmaster's lifetime */
 
 /* SSD slot file (opened by the postmaster, inherited by every child) */
@@ -836,11 +837,16 @@ amr_shmem_request(void)
 	cf = get_controlfile(DataDir, &crc_ok);
 	control_file_clean = crc_ok && (cf->state == DB_SHUTDOWNED ||
 									cf->state == DB_SHUTDOWNED_IN_RECOVERY);
+	control_file_checkpoint = cf->checkPoint;
 	pfree(cf);
 
 	pool_open_or_create();
 	if (pool_status == AMR_POOL_READY)
+	{
 		note_history_reset();
+		if (!control_file_clean)
+			amr_note_unclean_start(control_file_checkpoint);
+	}
 	compute_layout(&layout);
 	RequestAddinShmemSpace(layout.total);
 }
@@ -894,6 +900,14 @@ amr_shmem_startup(void)
 		amr_shared->worker_latch = NULL;
 		/* a restart of the postmaster's children is always a crash */
 		amr_shared->unclean_start = !control_file_clean || shmem_startups > 0;
+		if (shmem_startups > 0 && pool_status == AMR_POOL_READY)
+		{
+			bool		crc_ok;
+			ControlFileData *cf = get_controlfile(DataDir, &crc_ok);
+
+			amr_note_unclean_start(cf->checkPoint);
+			pfree(cf);
+		}
 		amr_shared->pool_id = pool_status == AMR_POOL_READY ? amr_store.header->pool_id : 0;
 
 		for (i = 0; i < AMR_MAX_TREES; i++)
@@ -928,6 +942,13 @@ amr_shmem_init_hooks(void)
 	shmem_request_hook = amr_shmem_request;
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = amr_shmem_startup;
+}
+
+/* The pool is mapped and usable (in any process, even during recovery). */
+bool
+amr_pool_is_open(void)
+{
+	return pool_status == AMR_POOL_READY && amr_store.header != NULL;
 }
 
 bool

@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "access/reloptions.h"
+#include "access/rmgr.h"
 #include "access/xlog.h"
 #include "commands/vacuum.h"
 #include "fmgr.h"
@@ -38,6 +39,7 @@ double		amr_update_ratio_threshold = 0.5;
 double		amr_smo_threshold = 3.0;
 int			amr_dram_leaf_cache_kb = 4096;
 int			amr_budget_on_insert = AMR_BUDGET_INSERT_DEFER;
+int			amr_wal_rmgr_id = RM_EXPERIMENTAL_ID;
 bool		amr_preloaded = false;
 
 static relopt_kind amr_relopt_kind;
@@ -215,6 +217,16 @@ define_gucs(void)
 							 PGC_USERSET,
 							 0,
 							 NULL, NULL, NULL);
+	DefineCustomIntVariable("amrtree.wal_rmgr_id",
+							"WAL resource manager id that amrtree registers.",
+							"amrtree writes no WAL records; it registers a resource "
+							"manager to learn where crash recovery ended.  Change it "
+							"only if another extension uses the same id.",
+							&amr_wal_rmgr_id,
+							RM_EXPERIMENTAL_ID, RM_MIN_CUSTOM_ID, RM_MAX_CUSTOM_ID,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
 	amr_fault_define_guc();
 	MarkGUCPrefixReserved("amrtree");
 }
@@ -242,6 +254,7 @@ _PG_init(void)
 
 	amr_preloaded = true;
 	define_gucs();
+	amr_register_wal_rmgr(amr_wal_rmgr_id);
 	amr_shmem_init_hooks();
 	amr_directory_register_hooks();
 	amr_register_worker();

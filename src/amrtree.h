@@ -47,6 +47,7 @@ extern double amr_update_ratio_threshold;
 extern double amr_smo_threshold;
 extern int	amr_dram_leaf_cache_kb;
 extern int	amr_budget_on_insert;
+extern int	amr_wal_rmgr_id;
 
 #define AMR_BUDGET_INSERT_DEFER		0
 #define AMR_BUDGET_INSERT_STRICT	1
@@ -115,9 +116,12 @@ extern void amr_pool_describe(StringInfo buf);
  */
 extern void amr_require_ready(void);
 extern bool amr_is_ready(void);
+extern bool amr_pool_is_open(void);
 
 /* ---- reconciliation (amr_reconcile.c) ---- */
 extern void amr_reconcile(void);
+extern void amr_note_unclean_start(XLogRecPtr last_checkpoint);
+extern void amr_register_wal_rmgr(int rmid);
 
 /* ---- tree directory and lifecycle (amr_directory.c) ---- */
 
