@@ -1,0 +1,1009 @@
+#!/usr/bin/env python3
+"""amrtree benchmark drivers.
+
+    amrbench.py compare       amrtree vs GiST vs SP-GiST on the same data
+    amrbench.py budget_sweep  the AMR-Tree paper's budget sweep (section 4.2)
+
+Run through the wrappers bench/compare and bench/budget_sweep, which install
+the dependencies, build and install amrtree, and run this file as the
+unprivileged PostgreSQL user.  Every run starts its own throwaway cluster
+(amrtree preloaded, PMEM pool emulated on /dev/shm, SSD slot file on disk)
+and removes it at the end, also on Ctrl-C.
+
+Timings on a shared 2-core machine are noisy: every figure that matters is
+reported as a ratio between methods measured in the same run, interleaved,
+and repeated where the time allows.
+"""
+
+import argparse
+import csv
+import datetime
+import glob
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PG_BIN = os.environ.get('AMR_PG_BIN', '/usr/lib/postgresql/15/bin')
+SCRIPTS = os.path.join(ROOT, 'bench', 'scripts')
+ENTRY_BYTES = 48            # sizeof(AmrLeafEntry), src/core/amr_format.h
+AMS = ['amrtree', 'gist', 'spgist']
+SELECTIVITIES = [0.00001, 0.0001, 0.001, 0.01]     # 0.001 % ... 1 %
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def pct(s):
+    return '%g%%' % (s * 100)
+
+
+class Interrupted(Exception):
+    pass
+
+
+def on_signal(signum, frame):
+    raise Interrupted('signal %d' % signum)
+
+
+# ---------------------------------------------------------------- cluster
+
+def free_port(start):
+    port = start
+    while True:
+        with socket.socket() as s:
+            try:
+                s.bind(('127.0.0.1', port))
+                return port
+            except OSError:
+                port += 1
+
+
+class Cluster:
+    """A throwaway PostgreSQL cluster with amrtree preloaded."""
+
+    def __init__(self, workdir, name, pmem_mb, ssd_mb, extra_conf=''):
+        self.dir = os.path.join(workdir, name)
+        self.data = os.path.join(self.dir, 'data')
+        self.port = free_port(56000 + os.getpid() % 1000)
+        self.pool = '/dev/shm/amrbench-%s-%s.pool' % (os.environ.get('AMRBENCH_TAG', os.getpid()), name)
+        self.pmem_mb = pmem_mb
+        self.ssd_mb = ssd_mb
+        self.extra_conf = extra_conf
+        self.running = False
+
+    def start(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+        subprocess.run([PG_BIN + '/initdb', '-D', self.data, '-A', 'trust',
+                        '-U', 'postgres', '--no-sync'],
+                       check=True, stdout=subprocess.DEVNULL)
+        with open(os.path.join(self.data, 'postgresql.conf'), 'a') as f:
+            f.write(f"""
+# amrtree benchmark cluster (bench/amrbench.py)
+shared_preload_libraries = 'amrtree'
+port = {self.port}
+listen_addresses = ''
+unix_socket_directories = '{self.dir}'
+amrtree.pmem_path = '{self.pool}'
+amrtree.pmem_size = {self.pmem_mb}MB
+amrtree.ssd_size = {self.ssd_mb}MB
+amrtree.dram_size = 128MB
+shared_buffers = 1GB
+work_mem = 64MB
+maintenance_work_mem = 1GB
+max_wal_size = 8GB
+checkpoint_timeout = 30min
+synchronous_commit = off
+max_parallel_workers_per_gather = 0
+max_parallel_maintenance_workers = 0
+jit = off
+{self.extra_conf}
+""")
+        subprocess.run([PG_BIN + '/pg_ctl', '-D', self.data, '-l',
+                        os.path.join(self.dir, 'server.log'), '-w', 'start'],
+                       check=True, stdout=subprocess.DEVNULL)
+        self.running = True
+        self.sql('CREATE DATABASE bench', db='postgres')
+        self.sql('CREATE EXTENSION amrtree')
+
+    def stop(self):
+        if not self.running:
+            return
+        r = subprocess.run([PG_BIN + '/pg_ctl', '-D', self.data, '-m', 'fast',
+                            '-w', '-t', '60', 'stop'],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if r.returncode != 0:
+            subprocess.run([PG_BIN + '/pg_ctl', '-D', self.data, '-m',
+                            'immediate', 'stop'],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.running = False
+
+    def remove(self):
+        self.stop()
+        for p in (self.pool, self.pool + '.grow'):
+            if os.path.exists(p):
+                os.unlink(p)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def conn_args(self, db='bench'):
+        return ['-h', self.dir, '-p', str(self.port), '-d', db]
+
+    def sql(self, query, db='bench'):
+        r = subprocess.run([PG_BIN + '/psql', '-X', '-A', '-t', '-q',
+                            '-v', 'ON_ERROR_STOP=1'] + self.conn_args(db),
+                           input=query, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError('psql failed: %s\n%s' % (r.stderr.strip(), query))
+        return r.stdout.strip()
+
+    def rows(self, query):
+        out = self.sql(query)
+        return [line.split('|') for line in out.splitlines() if line]
+
+    def timed(self, query):
+        """Server round trip time of one statement, in seconds (psql \\timing)."""
+        out = self.sql('\\timing on\n' + query)
+        ms = [float(m) for m in re.findall(r'Time: ([0-9.]+) ms', out)]
+        return sum(ms) / 1000.0
+
+    def pgbench(self, scripts, clients, seconds=None, transactions=None,
+                defines=None, tag='run', logdir=None):
+        """Run pgbench; returns tps and per-transaction latencies (ms)."""
+        cmd = [PG_BIN + '/pgbench', '-n', '-c', str(clients), '-j', str(clients)]
+        if seconds is not None:
+            cmd += ['-T', str(seconds)]
+        else:
+            cmd += ['-t', str(transactions)]
+        for k, v in (defines or {}).items():
+            cmd += ['-D', '%s=%s' % (k, v)]
+        for s in scripts:
+            cmd += ['-f', s]
+        prefix = None
+        if logdir:
+            prefix = os.path.join(logdir, tag)
+            for f in glob.glob(prefix + '.*'):
+                os.unlink(f)
+            cmd += ['--log', '--log-prefix=' + prefix]
+        cmd += self.conn_args()
+        t0 = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.monotonic() - t0
+        if r.returncode != 0 or 'aborted' in r.stderr:
+            raise RuntimeError('pgbench failed: %s\n%s' % (r.stderr.strip()[-2000:], ' '.join(cmd)))
+        m = re.search(r'tps = ([0-9.]+) \(without initial connection time\)', r.stdout)
+        tps = float(m.group(1)) if m else float('nan')
+        lat = []
+        if prefix:
+            for f in glob.glob(prefix + '.*'):
+                with open(f) as fh:
+                    for line in fh:
+                        parts = line.split()
+                        if len(parts) >= 3:
+                            lat.append(int(parts[2]) / 1000.0)
+                os.unlink(f)
+        return {'tps': tps, 'lat': lat, 'wall': wall}
+
+
+def quantile(values, q):
+    if not values:
+        return float('nan')
+    v = sorted(values)
+    k = (len(v) - 1) * q
+    lo = math.floor(k)
+    hi = math.ceil(k)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+def lat_summary(lat):
+    return {'avg': statistics.fmean(lat) if lat else float('nan'),
+            'p50': quantile(lat, 0.50), 'p95': quantile(lat, 0.95),
+            'p99': quantile(lat, 0.99)}
+
+
+def mean_sd(values):
+    values = [v for v in values if v == v]
+    if not values:
+        return float('nan'), float('nan')
+    if len(values) == 1:
+        return values[0], 0.0
+    return statistics.fmean(values), statistics.stdev(values)
+
+
+def machine_info():
+    cpu = '?'
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    cpu = line.split(':', 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = '?'
+    try:
+        with open('/proc/meminfo') as f:
+            mem = '%.1f GiB' % (int(f.readline().split()[1]) / 1048576)
+    except OSError:
+        pass
+    commit = subprocess.run(['git', '-C', ROOT, 'rev-parse', '--short', 'HEAD'],
+                            capture_output=True, text=True).stdout.strip() or '?'
+    pgver = subprocess.run([PG_BIN + '/postgres', '--version'],
+                           capture_output=True, text=True).stdout.strip()
+    return {'cpu': cpu, 'cores': os.cpu_count(), 'memory': mem,
+            'kernel': platform.release(), 'postgres': pgver,
+            'amrtree_commit': commit,
+            'date': datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}
+
+
+def print_machine(info):
+    log('machine: %(cpu)s, %(cores)s cores, %(memory)s, Linux %(kernel)s' % info)
+    log('         %(postgres)s, amrtree %(amrtree_commit)s, %(date)s' % info)
+    log('         PMEM emulated: the pool is a file on /dev/shm (DRAM-backed tmpfs);'
+        ' the SSD tier is a real file with O_DIRECT I/O')
+
+
+# ---------------------------------------------------------------- data
+
+def generate_data(workdir, rows, seed=42, mode='porto'):
+    gen = os.path.join(workdir, 'porto_gen')
+    if not os.path.exists(gen):
+        subprocess.run(['cc', '-O2', '-o', gen, os.path.join(ROOT, 'bench', 'porto_gen.c'),
+                        '-lm'], check=True)
+    path = os.path.join(workdir, 'data-%s-%d-%d.csv' % (mode, rows, seed))
+    if not os.path.exists(path):
+        with open(path, 'w') as f:
+            subprocess.run([gen, '--rows', str(rows), '--seed', str(seed),
+                            '--mode', mode, '--format', 'csv'], check=True, stdout=f)
+    return path
+
+
+def load_source(cl, csvpath, table='src'):
+    cl.sql(f"""
+DROP TABLE IF EXISTS {table};
+CREATE TABLE {table} (id int PRIMARY KEY, b box, t float8);
+COPY {table} (id, b, t) FROM '{csvpath}' WITH (FORMAT csv);
+VACUUM ANALYZE {table};""")
+
+
+def make_centers(cl, src='src', n=10000):
+    """Query windows are centred on data boxes, so results are not empty."""
+    cl.sql(f"""
+DROP TABLE IF EXISTS bench_centers;
+SELECT setseed(0.42);
+CREATE TABLE bench_centers AS
+  SELECT row_number() OVER ()::int AS id, x, y FROM (
+    SELECT (center(b))[0] AS x, (center(b))[1] AS y FROM {src} ORDER BY random() LIMIT {n}) s;
+ALTER TABLE bench_centers ADD PRIMARY KEY (id);
+ANALYZE bench_centers;""")
+    return int(cl.sql('SELECT count(*) FROM bench_centers'))
+
+
+def data_spread(cl):
+    """Inter-percentile spread of the centres: the windows' aspect ratio."""
+    dx, dy = cl.rows("""
+SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY x) - percentile_cont(0.05) WITHIN GROUP (ORDER BY x),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY y) - percentile_cont(0.05) WITHIN GROUP (ORDER BY y)
+FROM bench_centers""")[0]
+    return max(float(dx), 1e-9), max(float(dy), 1e-9)
+
+
+def calibrate_windows(cl, table, nrows, spread, targets, sample=100):
+    """Half-widths (hw, hh) per target selectivity, found by bisection on
+    the mean result count over sample windows (through the given index)."""
+    dx, dy = spread
+    out = {}
+    for s in targets:
+        want = s * nrows
+        lo, hi = -9.0, 0.0          # log10 of the fraction of the spread
+        best = None
+        for _ in range(14):
+            mid = (lo + hi) / 2
+            f = 10 ** mid
+            hw, hh = f * dx / 2, f * dy / 2
+            got = float(cl.sql(f"""
+SET enable_seqscan = off;
+SELECT avg((SELECT count(*) FROM {table} t
+            WHERE t.b && box(point(c.x - {hw}, c.y - {hh}), point(c.x + {hw}, c.y + {hh}))))
+FROM bench_centers c WHERE c.id <= {sample}""").splitlines()[-1])
+            if best is None or abs(math.log((got + 0.5) / (want + 0.5))) < \
+                    abs(math.log((best[2] + 0.5) / (want + 0.5))):
+                best = (hw, hh, got)
+            if got < want:
+                lo = mid
+            else:
+                hi = mid
+            if abs(got - want) <= max(0.1 * want, 0.5):
+                break
+        out[s] = best
+        log('  selectivity %-7s window %.3g x %.3g: %.1f rows on average (target %.1f)'
+            % (pct(s), 2 * best[0], 2 * best[1], best[2], want))
+    return out
+
+
+# ---------------------------------------------------------------- results
+
+class Results:
+    def __init__(self, outdir, name):
+        self.outdir = outdir
+        self.name = name
+        self.rows = []
+        os.makedirs(outdir, exist_ok=True)
+
+    def add(self, **kw):
+        self.rows.append(kw)
+
+    def write_csv(self):
+        keys = []
+        for r in self.rows:
+            for k in r:
+                if k not in keys:
+                    keys.append(k)
+        path = os.path.join(self.outdir, self.name + '.csv')
+        with open(path, 'w', newline='') as f:
+            w = csv.DictWriter(f, fieldnames=keys)
+            w.writeheader()
+            for r in self.rows:
+                w.writerow(r)
+        return path
+
+
+def plt_or_none():
+    try:
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+        return plt
+    except ImportError:
+        log('note: matplotlib is not installed; no plots')
+        return None
+
+
+# ---------------------------------------------------------------- compare
+
+INDEX_DDL = {
+    'amrtree': 'CREATE INDEX {t}_b ON {t} USING amrtree (b)',
+    'gist': 'CREATE INDEX {t}_b ON {t} USING gist (b)',
+    'spgist': 'CREATE INDEX {t}_b ON {t} USING spgist (b)',
+}
+
+
+def index_bytes(cl, am, table):
+    if am == 'amrtree':
+        r = cl.rows(f"SELECT dram_bytes, pmem_bytes, ssd_bytes FROM amrtree_index_stats('{table}_b')")[0]
+        d, p, s = (int(x) for x in r)
+        return {'total': d + p + s, 'dram': d, 'pmem': p, 'ssd': s}
+    b = int(cl.sql(f"SELECT pg_relation_size('{table}_b')"))
+    return {'total': b, 'dram': 0, 'pmem': 0, 'ssd': 0}
+
+
+def plan_of(cl, table, hw, hh):
+    out = cl.sql(f"""
+EXPLAIN (COSTS OFF) SELECT count(*) FROM {table}
+WHERE b && (SELECT box(point(x - {hw}, y - {hh}), point(x + {hw}, y + {hh})) FROM bench_centers WHERE id = 1)""")
+    for line in out.splitlines():
+        m = re.search(r'(Index Only Scan|Bitmap Index Scan|Index Scan|Seq Scan) (using|on) (\S+)', line)
+        if m and 'bench_centers' not in line:
+            return m.group(1)
+    return '?'
+
+
+def cmd_compare(args):
+    quick = args.quick
+    rows = args.rows or (100000 if quick else 1000000)
+    seconds = args.seconds or (3 if quick else 15)
+    reps = args.reps or (1 if quick else 3)
+    clients = args.clients
+    bulk_rows = args.bulk_rows or rows
+    stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
+    outdir = os.path.join(args.results, 'compare-' + stamp)
+    res = Results(outdir, 'compare')
+    info = machine_info()
+    print_machine(info)
+    log('compare: %d Porto-like rows, %d client(s), %d s per pgbench run, %d repetition(s)%s'
+        % (rows, clients, seconds, reps, ' (quick)' if quick else ''))
+    pool_mb = max(256, int(rows * ENTRY_BYTES * 4 / 1048576) * 3 + 256)
+    cl = Cluster(args.workdir, 'compare', pool_mb, pool_mb)
+    logdir = os.path.join(cl.dir, 'pgbench-logs')
+    summary = {'machine': info, 'rows': rows, 'clients': clients, 'seconds': seconds,
+               'reps': reps}
+    try:
+        t0 = time.monotonic()
+        cl.start()
+        os.makedirs(logdir, exist_ok=True)
+        csvpath = generate_data(args.workdir, rows)
+        load_source(cl, csvpath)
+        ncenters = make_centers(cl)
+        for am in AMS:
+            cl.sql(f'CREATE TABLE trips_{am} AS SELECT * FROM src ORDER BY id')
+
+        # -- build time and size (interleaved repetitions)
+        log('\n== index build')
+        builds = {am: [] for am in AMS}
+        for rep in range(reps):
+            for am in AMS:
+                t = 'trips_' + am
+                cl.sql(f'DROP INDEX IF EXISTS {t}_b; CHECKPOINT')
+                builds[am].append(cl.timed(INDEX_DDL[am].format(t=t)))
+        sizes = {}
+        for am in AMS:
+            cl.sql(f'VACUUM ANALYZE trips_{am}')
+            sizes[am] = index_bytes(cl, am, 'trips_' + am)
+            m, sd = mean_sd(builds[am])
+            summary.setdefault('build_s', {})[am] = m
+            summary.setdefault('size_bytes', {})[am] = sizes[am]
+            res.add(metric='build_time', am=am, value=m, sd=sd, unit='s')
+            res.add(metric='index_size', am=am, value=sizes[am]['total'], unit='bytes',
+                    detail='dram=%(dram)d pmem=%(pmem)d ssd=%(ssd)d' % sizes[am])
+            log('  %-8s build %7.3f s (sd %.3f)   size %8.1f MB%s'
+                % (am, m, sd, sizes[am]['total'] / 1048576,
+                   '  (DRAM %.2f MB + PMEM %.1f MB + SSD %.1f MB)'
+                   % (sizes[am]['dram'] / 1048576, sizes[am]['pmem'] / 1048576,
+                      sizes[am]['ssd'] / 1048576) if am == 'amrtree' else ''))
+
+        # -- windows
+        log('\n== query windows (centred on data boxes, calibrated through the amrtree index)')
+        spread = data_spread(cl)
+        windows = calibrate_windows(cl, 'trips_amrtree', rows, spread, SELECTIVITIES)
+        summary['windows'] = {pct(s): {'hw': w[0], 'hh': w[1], 'mean_rows': w[2]}
+                              for s, w in windows.items()}
+        bw, bh = [float(x) for x in cl.rows(
+            "SELECT avg(width(b)), avg(height(b)) FROM src")[0]]
+
+        # -- query scripts
+        runs = []
+        for s in SELECTIVITIES:
+            hw, hh = windows[s][0], windows[s][1]
+            runs.append(('range %s' % pct(s), ['range.sql'], {'hw': hw, 'hh': hh, 'n': ncenters}))
+        hw, hh = windows[0.0001][0], windows[0.0001][1]
+        runs.append(('skewed 0.01%', ['skewed.sql'], {'hw': hw, 'hh': hh, 'n': ncenters,
+                                                       'nhot': min(1000, ncenters)}))
+        log('\n== plans chosen by the planner (one window per selectivity)')
+        summary['plans'] = {}
+        for s in SELECTIVITIES:
+            plans = {am: plan_of(cl, 'trips_' + am, windows[s][0], windows[s][1]) for am in AMS}
+            summary['plans'][pct(s)] = plans
+            log('  %-7s %s' % (pct(s), '  '.join('%s: %s' % (am, plans[am]) for am in AMS)))
+
+        log('\n== pgbench (tps; latency avg / p95 / p99 in ms)')
+        qres = {}
+        for label, scripts, defs in runs:
+            for rep in range(reps):
+                for am in AMS:
+                    d = dict(defs, tbl='trips_' + am)
+                    r = cl.pgbench([os.path.join(SCRIPTS, x) for x in scripts], clients,
+                                   seconds=seconds, defines=d, tag='q', logdir=logdir)
+                    qres.setdefault((label, am), []).append(r)
+            report_runs(res, summary, qres, label)
+
+        # -- single-row inserts and a mixed workload (these grow the tables)
+        ins_defs = {'n': ncenters, 'bw': bw, 'bh': bh}
+        for rep in range(reps):
+            for am in AMS:
+                d = dict(ins_defs, tbl='trips_' + am)
+                r = cl.pgbench([os.path.join(SCRIPTS, 'insert.sql')], clients,
+                               seconds=seconds, defines=d, tag='i', logdir=logdir)
+                qres.setdefault(('insert 1 row', am), []).append(r)
+        report_runs(res, summary, qres, 'insert 1 row')
+        hw, hh = windows[0.0001][0], windows[0.0001][1]
+        for rep in range(reps):
+            for am in AMS:
+                d = dict(ins_defs, tbl='trips_' + am, hw=hw, hh=hh)
+                r = cl.pgbench([os.path.join(SCRIPTS, 'range.sql') + '@8',
+                                os.path.join(SCRIPTS, 'insert.sql') + '@2'], clients,
+                               seconds=seconds, defines=d, tag='m', logdir=logdir)
+                qres.setdefault(('mixed 80/20', am), []).append(r)
+        report_runs(res, summary, qres, 'mixed 80/20')
+        log('  (KNN: not measured -- the amrtree operator class has no distance operator yet)')
+
+        # -- bulk insert: INSERT ... SELECT with the index present vs no index
+        log('\n== bulk insert: INSERT ... SELECT of %d rows into an empty table' % bulk_rows)
+        bulk = {k: [] for k in ['none'] + AMS}
+        for rep in range(reps):
+            for am in ['none'] + AMS + ['none']:
+                cl.sql('DROP TABLE IF EXISTS bulk; CREATE TABLE bulk (id int, b box, t float8)')
+                if am != 'none':
+                    cl.sql(INDEX_DDL[am].format(t='bulk'))
+                cl.sql('CHECKPOINT')
+                bulk[am].append(cl.timed(
+                    f'INSERT INTO bulk SELECT * FROM src WHERE id <= {bulk_rows}'))
+            cl.sql('DROP TABLE bulk; CHECKPOINT')
+        base, base_sd = mean_sd(bulk['none'])
+        res.add(metric='bulk_insert', am='none', value=base, sd=base_sd, unit='s')
+        log('  %-8s %7.3f s' % ('no index', base))
+        summary['bulk'] = {'none': base}
+        for am in AMS:
+            m, sd = mean_sd(bulk[am])
+            cost = m - base
+            summary['bulk'][am] = m
+            res.add(metric='bulk_insert', am=am, value=m, sd=sd, unit='s')
+            res.add(metric='bulk_index_cost', am=am, value=cost, unit='s')
+            log('  %-8s %7.3f s (sd %.3f)  index cost %7.3f s  = %.2f us/row'
+                % (am, m, sd, cost, cost / bulk_rows * 1e6))
+        summary['elapsed_s'] = time.monotonic() - t0
+
+        print_compare_ratios(summary, res)
+        csvp = res.write_csv()
+        with open(os.path.join(outdir, 'summary.json'), 'w') as f:
+            json.dump(summary, f, indent=1, default=str)
+        plot_compare(summary, outdir)
+        log('\nresults: %s (CSV), summary.json, compare-tps.png in %s' % (csvp, outdir))
+        log('elapsed: %.0f s' % summary['elapsed_s'])
+    finally:
+        cl.remove()
+
+
+def report_runs(res, summary, qres, label):
+    tps = {}
+    for am in AMS:
+        rs = qres[(label, am)]
+        t, sd = mean_sd([r['tps'] for r in rs])
+        lat = lat_summary([x for r in rs for x in r['lat']])
+        tps[am] = t
+        summary.setdefault('tps', {}).setdefault(label, {})[am] = {'tps': t, 'sd': sd, **lat}
+        res.add(metric='tps', script=label, am=am, value=t, sd=sd, unit='tps',
+                lat_avg_ms=lat['avg'], lat_p95_ms=lat['p95'], lat_p99_ms=lat['p99'])
+    log('  %-14s %s' % (label, '   '.join(
+        '%s %8.0f (%.2f/%.2f/%.2f)' % (am, tps[am],
+                                       summary['tps'][label][am]['avg'],
+                                       summary['tps'][label][am]['p95'],
+                                       summary['tps'][label][am]['p99']) for am in AMS)))
+
+
+def print_compare_ratios(summary, res):
+    log('\n== ratios to GiST (higher is better for amrtree; SP-GiST for reference)')
+    b = summary['build_s']
+    lines = []
+    lines.append(('build speed (GiST time / time)', b['gist'] / b['amrtree'],
+                  b['gist'] / b['spgist'], '>= 4'))
+    sz = summary['size_bytes']
+    lines.append(('index size (bytes / GiST bytes)', sz['amrtree']['total'] / sz['gist']['total'],
+                  sz['spgist']['total'] / sz['gist']['total'], ''))
+    targets = {'range 0.001%': '>= 1.2', 'range 0.1%': '>= 1.5'}
+    for label, per in summary['tps'].items():
+        lines.append(('tps %s' % label, per['amrtree']['tps'] / per['gist']['tps'],
+                      per['spgist']['tps'] / per['gist']['tps'], targets.get(label, '')))
+    bulk = summary['bulk']
+    gcost = bulk['gist'] - bulk['none']
+    if gcost > 0:
+        lines.append(('bulk-insert index cost (cost / GiST cost)',
+                      (bulk['amrtree'] - bulk['none']) / gcost,
+                      (bulk['spgist'] - bulk['none']) / gcost, '<= 0.25'))
+    log('  %-44s %9s %9s  %s' % ('', 'amrtree', 'SP-GiST', 'target (amrtree)'))
+    for name, a, s, tgt in lines:
+        log('  %-44s %9.2f %9.2f  %s' % (name, a, s, tgt))
+        res.add(metric='ratio_to_gist', script=name, am='amrtree', value=a, unit='x')
+        res.add(metric='ratio_to_gist', script=name, am='spgist', value=s, unit='x')
+    summary['ratios'] = [{'what': n, 'amrtree': a, 'spgist': s, 'target': t}
+                         for n, a, s, t in lines]
+
+
+def plot_compare(summary, outdir):
+    plt = plt_or_none()
+    if not plt:
+        return
+    labels = list(summary['tps'].keys())
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.27
+    colors = {'amrtree': '#1f77b4', 'gist': '#ff7f0e', 'spgist': '#2ca02c'}
+    for i, am in enumerate(AMS):
+        vals = [summary['tps'][l][am]['tps'] for l in labels]
+        errs = [summary['tps'][l][am]['sd'] for l in labels]
+        ax.bar([x + (i - 1) * width for x in range(len(labels))], vals, width,
+               yerr=errs, label=am, color=colors[am])
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=20)
+    ax.set_ylabel('transactions / s')
+    ax.set_yscale('log')
+    ax.set_title('pgbench throughput, %d rows, %d client(s)' % (summary['rows'], summary['clients']))
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, 'compare-tps.png'), dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- budget sweep
+
+CONFIGS = [('20%', "pmem_budget = '20%'"), ('50%', "pmem_budget = '50%'"),
+           ('80%', "pmem_budget = '80%'"), ('unlimited', "pmem_budget = 'unlimited'"),
+           ('tiering off', 'tiering = off')]
+BATCH = 100
+
+
+def sweep_index(cl, opts):
+    cl.sql(f"""
+DROP TABLE IF EXISTS sw;
+CREATE TABLE sw (id int, b box, t float8);
+CREATE INDEX sw_b ON sw USING amrtree (b) WITH ({opts});
+DROP SEQUENCE IF EXISTS sw_seq; CREATE SEQUENCE sw_seq;
+CHECKPOINT;""")
+
+
+def tier_state(cl, index='sw_b'):
+    st = {}
+    for tier, leaves, nbytes, budget in cl.rows(
+            f"SELECT tier, leaves, bytes, budget_bytes FROM amrtree_tier_stats('{index}')"):
+        st[tier] = {'leaves': int(leaves), 'bytes': int(nbytes),
+                    'budget': int(budget) if budget != '' else None}
+    m = cl.rows(f"""SELECT promotions, demotions, bytes_moved, budget_demotions, rule_demotions
+FROM amrtree_migration_stats('{index}')""")[0]
+    st['promotions'], st['demotions'], st['bytes_moved'], st['budget_demotions'], \
+        st['rule_demotions'] = (int(x) for x in m)
+    return st
+
+
+def set_guc(cl, name, value):
+    if value is None:
+        cl.sql(f'ALTER SYSTEM RESET {name}')
+    else:
+        cl.sql(f"ALTER SYSTEM SET {name} = '{value}'")
+    cl.sql('SELECT pg_reload_conf()')
+    time.sleep(0.3)
+
+
+def cmd_budget_sweep(args):
+    quick = args.quick
+    sizes = [int(x) for x in args.rows.split(',')] if args.rows else \
+        ([100000] if quick else [100000, 1000000])
+    clients_list = [int(x) for x in args.clients.split(',')] if args.clients else \
+        ([2] if quick else [1, 2, 4])
+    reps = args.reps or (1 if quick else 3)
+    qsec = args.seconds or (2 if quick else 10)
+    settle = 1 if quick else 2
+    stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
+    outdir = os.path.join(args.results, 'budget_sweep-' + stamp)
+    res = Results(outdir, 'budget_sweep')
+    info = machine_info()
+    print_machine(info)
+    log('budget sweep: rows %s, clients %s, %d repetition(s), budgets %s%s'
+        % (sizes, clients_list, reps, [c[0] for c in CONFIGS], ' (quick)' if quick else ''))
+    maxrows = max(sizes)
+    pool_mb = max(256, int(maxrows * ENTRY_BYTES * 3 / 1048576) * 2 + 256)
+    cl = Cluster(args.workdir, 'sweep', pool_mb, pool_mb)
+    logdir = os.path.join(cl.dir, 'pgbench-logs')
+    summary = {'machine': info, 'sizes': sizes, 'clients': clients_list, 'reps': reps,
+               'runs': [], 'latency': {}, 'promotion': {}, 'sensitivity': []}
+    ins = os.path.join(SCRIPTS, 'insert_batch.sql')
+    try:
+        t0 = time.monotonic()
+        cl.start()
+        os.makedirs(logdir, exist_ok=True)
+        csvpath = generate_data(args.workdir, maxrows)
+        load_source(cl, csvpath)
+        ncenters = make_centers(cl)
+
+        # -- 1. the paper's sweep: insert one by one, settle, look at the tiers
+        log('\n== inserts (%d rows per transaction, each through aminsert), then amrtree_settle' % BATCH)
+        log('  %-9s %-3s %-11s %-3s %12s %9s %9s %9s %7s %7s %8s'
+            % ('rows', 'cl', 'config', 'rep', 'rows/s', 'PMEM MB', 'SSD MB', 'PMEM/bud',
+               'promo', 'demo', 'WA'))
+        for nrows in sizes:
+            for rep in range(reps):
+                for clients in clients_list:
+                    for cname, opts in CONFIGS:
+                        sweep_index(cl, opts)
+                        per_client = nrows // BATCH // clients
+                        r = cl.pgbench([ins], clients, transactions=per_client,
+                                       defines={'batch': BATCH})
+                        inserted = per_client * clients * BATCH
+                        rate = inserted / r['wall']
+                        cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
+                        st = tier_state(cl)
+                        budget = st['pmem']['budget']
+                        ratio = st['pmem']['bytes'] / budget if budget else float('nan')
+                        wa = st['bytes_moved'] / (inserted * ENTRY_BYTES)
+                        run = {'rows': inserted, 'clients': clients, 'config': cname,
+                               'rep': rep + 1, 'rows_per_s': rate,
+                               'pmem_bytes': st['pmem']['bytes'], 'ssd_bytes': st['ssd']['bytes'],
+                               'dram_bytes': st['dram']['bytes'], 'budget_bytes': budget,
+                               'pmem_over_budget': ratio, 'promotions': st['promotions'],
+                               'demotions': st['demotions'], 'bytes_moved': st['bytes_moved'],
+                               'budget_demotions': st['budget_demotions'],
+                               'rule_demotions': st['rule_demotions'],
+                               'write_amplification': wa}
+                        summary['runs'].append(run)
+                        res.add(kind='insert_sweep', **run)
+                        log('  %-9d %-3d %-11s %-3d %12.0f %9.1f %9.1f %9s %7d %7d %8.3f'
+                            % (inserted, clients, cname, rep + 1, rate,
+                               st['pmem']['bytes'] / 1048576, st['ssd']['bytes'] / 1048576,
+                               '%.1f%%' % (100 * ratio) if budget else '-',
+                               st['promotions'], st['demotions'], wa))
+        cl.sql('DROP TABLE IF EXISTS sw')
+
+        # -- 2. search latency per budget, uniform and skewed windows
+        nrows = maxrows
+        log('\n== search latency per budget (%d rows, 2 clients, %d s per distribution)'
+            % (nrows, qsec))
+        cl.sql('CREATE INDEX src_b ON src USING amrtree (b)')
+        spread = data_spread(cl)
+        win = calibrate_windows(cl, 'src', nrows, spread, [0.0001])[0.0001]
+        cl.sql('DROP INDEX src_b')
+        qdefs = {'hw': win[0], 'hh': win[1], 'n': ncenters, 'nhot': min(1000, ncenters),
+                 'tbl': 'sw'}
+        log('  %-11s %-8s %9s %8s %8s %8s %9s' % ('config', 'queries', 'tps', 'p50 ms',
+                                                  'p95 ms', 'p99 ms', 'promoted'))
+        for cname, opts in CONFIGS:
+            sweep_index(cl, opts)
+            cl.pgbench([ins], 2, transactions=nrows // BATCH // 2, defines={'batch': BATCH})
+            cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
+            for dist in ('uniform', 'skewed'):
+                before = tier_state(cl)['promotions']
+                script = 'range.sql' if dist == 'uniform' else 'skewed.sql'
+                r = cl.pgbench([os.path.join(SCRIPTS, script)], 2, seconds=qsec,
+                               defines=qdefs, tag='lat', logdir=logdir)
+                promoted = tier_state(cl)['promotions'] - before
+                ls = lat_summary(r['lat'])
+                summary['latency'].setdefault(cname, {})[dist] = {
+                    'tps': r['tps'], **ls, 'promotions': promoted,
+                    'cdf': [quantile(r['lat'], q / 100) for q in range(0, 101)]}
+                res.add(kind='latency', config=cname, distribution=dist, tps=r['tps'],
+                        p50_ms=ls['p50'], p95_ms=ls['p95'], p99_ms=ls['p99'],
+                        promotions_during=promoted)
+                log('  %-11s %-8s %9.0f %8.3f %8.3f %8.3f %9d'
+                    % (cname, dist, r['tps'], ls['p50'], ls['p95'], ls['p99'], promoted))
+
+        # -- 3. the effect of promotion: a hot region before and after
+        log('\n== promotion: a hot region under a 20%% budget, before and after the tier manager acts')
+        sweep_index(cl, "pmem_budget = '20%'")
+        cl.pgbench([ins], 2, transactions=nrows // BATCH // 2, defines={'batch': BATCH})
+        cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
+        set_guc(cl, 'amrtree.scan_interval', '3600s')
+        hot = dict(qdefs, nhot=20)
+        cold_state = tier_state(cl)
+        cl.sql('SELECT pg_stat_reset()')
+        before = cl.pgbench([os.path.join(SCRIPTS, 'hot.sql')], 1, seconds=qsec,
+                            defines=hot, tag='hot', logdir=logdir)
+        hot_leaves_ssd = int(cl.sql(f"""
+SELECT count(*) FROM amrtree_leaf_table('sw_b') l, bench_centers c
+WHERE c.id <= 20 AND l.tier = 'ssd'
+  AND l.mbr && box(point(c.x - {win[0]}, c.y - {win[1]}), point(c.x + {win[0]}, c.y + {win[1]}))"""))
+        cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
+        mid_state = tier_state(cl)
+        after = cl.pgbench([os.path.join(SCRIPTS, 'hot.sql')], 1, seconds=qsec,
+                           defines=hot, tag='hot', logdir=logdir)
+        hot_leaves_ssd_after = int(cl.sql(f"""
+SELECT count(*) FROM amrtree_leaf_table('sw_b') l, bench_centers c
+WHERE c.id <= 20 AND l.tier = 'ssd'
+  AND l.mbr && box(point(c.x - {win[0]}, c.y - {win[1]}), point(c.x + {win[0]}, c.y + {win[1]}))"""))
+        set_guc(cl, 'amrtree.scan_interval', None)
+        b, a = lat_summary(before['lat']), lat_summary(after['lat'])
+        summary['promotion'] = {
+            'before': {'tps': before['tps'], **b, 'hot_leaf_windows_on_ssd': hot_leaves_ssd},
+            'after': {'tps': after['tps'], **a, 'hot_leaf_windows_on_ssd': hot_leaves_ssd_after},
+            'promotions': mid_state['promotions'] - cold_state['promotions'],
+            'demotions': mid_state['demotions'] - cold_state['demotions']}
+        for when, x, ssd in (('before', b, hot_leaves_ssd), ('after', a, hot_leaves_ssd_after)):
+            tps = before['tps'] if when == 'before' else after['tps']
+            res.add(kind='promotion', when=when, tps=tps, p50_ms=x['p50'], p95_ms=x['p95'],
+                    p99_ms=x['p99'], hot_leaves_on_ssd=ssd)
+            log('  %-7s tps %8.0f   p50 %.3f ms  p95 %.3f ms  p99 %.3f ms   hot leaves on SSD: %d'
+                % (when, tps, x['p50'], x['p95'], x['p99'], ssd))
+        log('  the settle in between made %d promotions and %d demotions'
+            % (summary['promotion']['promotions'], summary['promotion']['demotions']))
+
+        # -- 4. sensitivity to theta_up, theta_down and lambda (unlimited budget, skewed queries)
+        log('\n== sensitivity (unlimited budget: R3/R4 alone decide; skewed queries, %d s)' % qsec)
+        grid = [('defaults', None, None)]
+        for name, vals in (('amrtree.promote_threshold', [2, 8]),
+                           ('amrtree.demote_threshold', [0.1, 2]),
+                           ('amrtree.decay_lambda', [0.02, 0.5])):
+            for v in (vals[:1] if quick else vals):
+                grid.append(('%s=%g' % (name.split('.')[1], v), name, v))
+        log('  %-24s %7s %7s %9s %9s %8s' % ('setting', 'promo', 'demo', 'PMEM %', 'tps', 'p95 ms'))
+        for label, name, value in grid:
+            if name:
+                set_guc(cl, name, value)
+            cl.sql("DROP TABLE IF EXISTS sw; CREATE TABLE sw AS SELECT * FROM src; "
+                   "CREATE INDEX sw_b ON sw USING amrtree (b); VACUUM ANALYZE sw")
+            s0 = tier_state(cl)
+            r = cl.pgbench([os.path.join(SCRIPTS, 'skewed.sql')], 2, seconds=qsec,
+                           defines=qdefs, tag='sens', logdir=logdir)
+            cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
+            s1 = tier_state(cl)
+            leaf_bytes = s1['pmem']['bytes'] + s1['ssd']['bytes']
+            pm = 100 * s1['pmem']['bytes'] / leaf_bytes if leaf_bytes else float('nan')
+            ls = lat_summary(r['lat'])
+            row = {'setting': label, 'promotions': s1['promotions'] - s0['promotions'],
+                   'demotions': s1['demotions'] - s0['demotions'], 'pmem_pct': pm,
+                   'tps': r['tps'], 'p95_ms': ls['p95']}
+            summary['sensitivity'].append(row)
+            res.add(kind='sensitivity', **row)
+            log('  %-24s %7d %7d %8.1f%% %9.0f %8.3f'
+                % (label, row['promotions'], row['demotions'], pm, r['tps'], ls['p95']))
+            if name:
+                set_guc(cl, name, None)
+
+        summarize_sweep(summary, res)
+        summary['elapsed_s'] = time.monotonic() - t0
+        csvp = res.write_csv()
+        with open(os.path.join(outdir, 'summary.json'), 'w') as f:
+            json.dump(summary, f, indent=1, default=str)
+        plot_sweep(summary, outdir)
+        log('\nresults: %s (CSV), summary.json and the figures in %s' % (csvp, outdir))
+        log('elapsed: %.0f s' % summary['elapsed_s'])
+    finally:
+        cl.remove()
+
+
+def summarize_sweep(summary, res):
+    log('\n== summary: mean +- sd over repetitions')
+    log('  %-9s %-3s %-11s %18s %14s %16s %9s %9s'
+        % ('rows', 'cl', 'config', 'rows/s', 'vs off', 'PMEM/budget', 'promo', 'demo'))
+    agg = {}
+    for r in summary['runs']:
+        agg.setdefault((r['rows'], r['clients'], r['config']), []).append(r)
+    summary['aggregate'] = []
+    for (nrows, clients, cname), rs in agg.items():
+        rate, rate_sd = mean_sd([r['rows_per_s'] for r in rs])
+        off = agg.get((nrows, clients, 'tiering off'))
+        # the overhead is taken per repetition (runs of one repetition are
+        # adjacent in time), then averaged
+        rel = []
+        if off:
+            for r in rs:
+                o = [x for x in off if x['rep'] == r['rep']]
+                if o:
+                    rel.append(r['rows_per_s'] / o[0]['rows_per_s'])
+        rel_m, rel_sd = mean_sd(rel)
+        ratio, ratio_sd = mean_sd([r['pmem_over_budget'] for r in rs])
+        pro, _ = mean_sd([r['promotions'] for r in rs])
+        dem, _ = mean_sd([r['demotions'] for r in rs])
+        a = {'rows': nrows, 'clients': clients, 'config': cname, 'rows_per_s': rate,
+             'rows_per_s_sd': rate_sd, 'vs_tiering_off': rel_m, 'vs_tiering_off_sd': rel_sd,
+             'pmem_over_budget': ratio, 'pmem_over_budget_sd': ratio_sd,
+             'promotions': pro, 'demotions': dem,
+             'pmem_bytes': statistics.fmean([r['pmem_bytes'] for r in rs]),
+             'ssd_bytes': statistics.fmean([r['ssd_bytes'] for r in rs]),
+             'budget_bytes': rs[0]['budget_bytes'],
+             'write_amplification': statistics.fmean([r['write_amplification'] for r in rs])}
+        summary['aggregate'].append(a)
+        res.add(kind='aggregate', **a)
+        log('  %-9d %-3d %-11s %10.0f +- %5.0f %6.1f%% +- %4.1f %16s %9.0f %9.0f'
+            % (nrows, clients, cname, rate, rate_sd, 100 * rel_m, 100 * rel_sd,
+               '%.1f%% +- %.1f' % (100 * ratio, 100 * ratio_sd) if ratio == ratio else '-',
+               pro, dem))
+    # tiering cost: every budgeted configuration against tiering off
+    costs = [1 - a['vs_tiering_off'] for a in summary['aggregate']
+             if a['config'] != 'tiering off' and a['vs_tiering_off'] == a['vs_tiering_off']]
+    if costs:
+        m, sd = mean_sd(costs)
+        summary['tiering_cost'] = {'mean': m, 'sd': sd, 'max': max(costs)}
+        log('  insert throughput cost of tiering (all budgets, sizes, clients): '
+            'mean %.1f%% +- %.1f, worst %.1f%%  (target <= 2%%)' % (100 * m, 100 * sd, 100 * max(costs)))
+    within = [a['pmem_over_budget'] for a in summary['aggregate']
+              if a['pmem_over_budget'] == a['pmem_over_budget']]
+    if within:
+        log('  PMEM / budget after settle: %.1f%% .. %.1f%%  (target 90 .. 102%%)'
+            % (100 * min(within), 100 * max(within)))
+
+
+def plot_sweep(summary, outdir):
+    plt = plt_or_none()
+    if not plt:
+        return
+    cnames = [c[0] for c in CONFIGS]
+    nrows = max(summary['sizes'])
+    cl0 = summary['clients'][0]
+    agg = {(a['rows'], a['clients'], a['config']): a for a in summary['aggregate']}
+
+    def pick(cname, rows=nrows, clients=cl0):
+        for (r, c, n), a in agg.items():
+            if n == cname and c == clients and abs(r - rows) <= rows * 0.01:
+                return a
+        return None
+
+    # Fig. 3: tier bytes per budget, stacked
+    fig, ax = plt.subplots(figsize=(7, 4))
+    pm = [(pick(c) or {}).get('pmem_bytes', 0) / 1048576 for c in cnames]
+    ss = [(pick(c) or {}).get('ssd_bytes', 0) / 1048576 for c in cnames]
+    ax.bar(cnames, pm, label='PMEM', color='#1f77b4')
+    ax.bar(cnames, ss, bottom=pm, label='SSD', color='#bbbbbb')
+    for i, c in enumerate(cnames):
+        a = pick(c)
+        if a and a['budget_bytes']:
+            ax.hlines(a['budget_bytes'] / 1048576, i - 0.4, i + 0.4, colors='red',
+                      linestyles='dashed', label='budget' if i == 0 else None)
+    ax.set_ylabel('MB of leaves')
+    ax.set_title('Leaf bytes per tier after amrtree_settle (%d rows)' % nrows)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, 'fig3-tier-bytes.png'), dpi=110)
+    plt.close(fig)
+
+    # Fig. 4: promotions and demotions
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = range(len(cnames))
+    ax.bar([i - 0.2 for i in x], [(pick(c) or {}).get('promotions', 0) for c in cnames], 0.4,
+           label='promotions')
+    ax.bar([i + 0.2 for i in x], [(pick(c) or {}).get('demotions', 0) for c in cnames], 0.4,
+           label='demotions')
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(cnames)
+    ax.set_ylabel('leaves moved')
+    ax.set_title('Migrations during insertion and settle (%d rows)' % nrows)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, 'fig4-migrations.png'), dpi=110)
+    plt.close(fig)
+
+    # Fig. 5: insert throughput per budget, per client count
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / max(1, len(summary['clients']))
+    for j, c in enumerate(summary['clients']):
+        vals = [(pick(n, clients=c) or {}).get('rows_per_s', 0) for n in cnames]
+        errs = [(pick(n, clients=c) or {}).get('rows_per_s_sd', 0) for n in cnames]
+        ax.bar([i + (j - (len(summary['clients']) - 1) / 2) * width for i in x], vals, width,
+               yerr=errs, label='%d client(s)' % c)
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(cnames)
+    ax.set_ylabel('rows inserted / s')
+    ax.set_title('Insert throughput (%d rows, mean +- sd)' % nrows)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, 'fig5-insert-throughput.png'), dpi=110)
+    plt.close(fig)
+
+    # latency CDFs per budget
+    for dist in ('uniform', 'skewed'):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for c in cnames:
+            l = summary['latency'].get(c, {}).get(dist)
+            if l:
+                ax.plot(l['cdf'], [q / 100 for q in range(0, 101)], label=c)
+        ax.set_xscale('log')
+        ax.set_xlabel('latency (ms)')
+        ax.set_ylabel('fraction of queries')
+        ax.set_title('Query latency CDF, %s windows (0.01%%)' % dist)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(outdir, 'latency-cdf-%s.png' % dist), dpi=110)
+        plt.close(fig)
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--workdir', required=True, help='throwaway cluster and data go here')
+    p.add_argument('--results', default=os.path.join(ROOT, 'bench', 'results'))
+    sub = p.add_subparsers(dest='cmd', required=True)
+    c = sub.add_parser('compare')
+    c.add_argument('--quick', action='store_true')
+    c.add_argument('--rows', type=int)
+    c.add_argument('--bulk-rows', type=int)
+    c.add_argument('--clients', type=int, default=2)
+    c.add_argument('--seconds', type=int)
+    c.add_argument('--reps', type=int)
+    s = sub.add_parser('budget_sweep')
+    s.add_argument('--quick', action='store_true')
+    s.add_argument('--rows', help='comma-separated sizes')
+    s.add_argument('--clients', help='comma-separated client counts')
+    s.add_argument('--reps', type=int)
+    s.add_argument('--seconds', type=int, help='seconds per query run')
+    args = p.parse_args()
+    try:
+        if args.cmd == 'compare':
+            cmd_compare(args)
+        else:
+            cmd_budget_sweep(args)
+    except Interrupted as e:
+        log('\ninterrupted (%s): the throwaway cluster was stopped and removed' % e)
+        sys.exit(130)
+
+
+if __name__ == '__main__':
+    main()

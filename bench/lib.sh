@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Shared by bench/compare and bench/budget_sweep: dependencies, build, and a
+# run of bench/amrbench.py as the unprivileged PostgreSQL user, with its
+# throwaway cluster removed on exit and on Ctrl-C.  Sourced, not executed.
+
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+
+BENCH_PACKAGES=(python3-matplotlib)
+
+install_bench_deps() {
+	local missing=() p
+	for p in "${BENCH_PACKAGES[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	say "installing: ${missing[*]}"
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# run_driver compare|budget_sweep [--no-deps] [driver options...]
+run_driver() {
+	local cmd="$1"; shift
+	local deps=1 args=() a
+	for a in "$@"; do
+		case "$a" in
+			--no-deps) deps=0 ;;
+			-h|--help) python3 "$AMR_ROOT/bench/amrbench.py" --workdir . "$cmd" --help; exit 0 ;;
+			*) args+=("$a") ;;
+		esac
+	done
+	if [ "$deps" = 1 ]; then
+		install_deps
+		install_bench_deps
+	fi
+	build_install
+
+	BENCH_WORK="$(pg_owned_dir "$AMR_ROOT/bench/.run")"
+	BENCH_TAG="$$"
+	mkdir -p "$BENCH_WORK/results"
+	as_root chown "$AMR_PG_USER" "$BENCH_WORK/results"
+	trap bench_cleanup EXIT
+	trap 'exit 130' INT TERM HUP
+
+	local rc=0
+	as_pg "$BENCH_WORK" env AMR_PG_BIN="$PG_BIN" AMRBENCH_TAG="$BENCH_TAG" \
+		python3 "$AMR_ROOT/bench/amrbench.py" --workdir "$BENCH_WORK" \
+		--results "$BENCH_WORK/results" "$cmd" "${args[@]}" || rc=$?
+	# results come back into the source tree
+	mkdir -p "$AMR_ROOT/bench/results"
+	local d
+	for d in "$BENCH_WORK"/results/*; do
+		[ -d "$d" ] || continue
+		cp -r "$d" "$AMR_ROOT/bench/results/"
+		rm -rf "$d"
+		echo "copied to bench/results/$(basename "$d")"
+	done
+	return $rc
+}
+
+# Whatever the driver left behind if it was killed: its servers and pools.
+bench_cleanup() {
+	local pid
+	for pid in "$BENCH_WORK"/*/data/postmaster.pid; do
+		[ -f "$pid" ] || continue
+		as_pg / "$PG_BIN/pg_ctl" -D "$(dirname "$pid")" -m immediate stop >/dev/null 2>&1 || true
+	done
+	rm -f /dev/shm/amrbench-"$BENCH_TAG"-*.pool /dev/shm/amrbench-"$BENCH_TAG"-*.pool.grow
+	as_root find "$BENCH_WORK" -mindepth 1 -maxdepth 1 -type d ! -name results -exec rm -rf {} + 2>/dev/null || true
+}
