@@ -36,7 +36,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PG_BIN = os.environ.get('AMR_PG_BIN', '/usr/lib/postgresql/15/bin')
 SCRIPTS = os.path.join(ROOT, 'bench', 'scripts')
 ENTRY_BYTES = 48            # sizeof(AmrLeafEntry), src/core/amr_format.h
-AMS = ['amrtree', 'gist', 'spgist']
+AMS = ['amrtree', 'amrtree_notier', 'gist', 'spgist']
+AM_LABEL = {'amrtree': 'amrtree', 'amrtree_notier': 'amrtree (tiering off)',
+            'gist': 'GiST', 'spgist': 'SP-GiST'}
 SELECTIVITIES = [0.00001, 0.0001, 0.001, 0.01]     # 0.001 % ... 1 %
 
 
@@ -236,8 +238,9 @@ def machine_info():
             mem = '%.1f GiB' % (int(f.readline().split()[1]) / 1048576)
     except OSError:
         pass
-    commit = subprocess.run(['git', '-C', ROOT, 'rev-parse', '--short', 'HEAD'],
-                            capture_output=True, text=True).stdout.strip() or '?'
+    commit = os.environ.get('AMR_COMMIT') or subprocess.run(
+        ['git', '-C', ROOT, 'rev-parse', '--short', 'HEAD'],
+        capture_output=True, text=True).stdout.strip() or '?'
     pgver = subprocess.run([PG_BIN + '/postgres', '--version'],
                            capture_output=True, text=True).stdout.strip()
     return {'cpu': cpu, 'cores': os.cpu_count(), 'memory': mem,
@@ -290,44 +293,35 @@ ANALYZE bench_centers;""")
 
 
 def data_spread(cl):
-    """Inter-percentile spread of the centres: the windows' aspect ratio."""
+    """The 1st..99th percentile range of the box centres: the data space that
+    window areas are a fraction of (robust to the few trip-joining boxes
+    that span the whole city)."""
     dx, dy = cl.rows("""
-SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY x) - percentile_cont(0.05) WITHIN GROUP (ORDER BY x),
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY y) - percentile_cont(0.05) WITHIN GROUP (ORDER BY y)
+SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY x) - percentile_cont(0.01) WITHIN GROUP (ORDER BY x),
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY y) - percentile_cont(0.01) WITHIN GROUP (ORDER BY y)
 FROM bench_centers""")[0]
     return max(float(dx), 1e-9), max(float(dy), 1e-9)
 
 
-def calibrate_windows(cl, table, nrows, spread, targets, sample=100):
-    """Half-widths (hw, hh) per target selectivity, found by bisection on
-    the mean result count over sample windows (through the given index)."""
+def make_windows(cl, table, nrows, spread, selectivities, sample=100):
+    """Window half-sizes per selectivity, where selectivity is the window's
+    area as a fraction of the data space (the usual definition for spatial
+    range queries), with the data space's aspect ratio.  Result counts are
+    measured and reported: on taxi data they exceed the area fraction,
+    because long trip-joining boxes overlap any window -- even a point
+    centred on a data box meets about 0.3 % of the rows."""
     dx, dy = spread
     out = {}
-    for s in targets:
-        want = s * nrows
-        lo, hi = -9.0, 0.0          # log10 of the fraction of the spread
-        best = None
-        for _ in range(14):
-            mid = (lo + hi) / 2
-            f = 10 ** mid
-            hw, hh = f * dx / 2, f * dy / 2
-            got = float(cl.sql(f"""
+    for s in selectivities:
+        hw, hh = math.sqrt(s) * dx / 2, math.sqrt(s) * dy / 2
+        got = float(cl.sql(f"""
 SET enable_seqscan = off;
 SELECT avg((SELECT count(*) FROM {table} t
             WHERE t.b && box(point(c.x - {hw}, c.y - {hh}), point(c.x + {hw}, c.y + {hh}))))
 FROM bench_centers c WHERE c.id <= {sample}""").splitlines()[-1])
-            if best is None or abs(math.log((got + 0.5) / (want + 0.5))) < \
-                    abs(math.log((best[2] + 0.5) / (want + 0.5))):
-                best = (hw, hh, got)
-            if got < want:
-                lo = mid
-            else:
-                hi = mid
-            if abs(got - want) <= max(0.1 * want, 0.5):
-                break
-        out[s] = best
-        log('  selectivity %-7s window %.3g x %.3g: %.1f rows on average (target %.1f)'
-            % (pct(s), 2 * best[0], 2 * best[1], best[2], want))
+        out[s] = (hw, hh, got)
+        log('  area %-7s window %.4g x %.4g: %.0f rows on average (%.3f %% of the rows)'
+            % (pct(s), 2 * hw, 2 * hh, got, 100 * got / nrows))
     return out
 
 
@@ -373,13 +367,14 @@ def plt_or_none():
 
 INDEX_DDL = {
     'amrtree': 'CREATE INDEX {t}_b ON {t} USING amrtree (b)',
+    'amrtree_notier': 'CREATE INDEX {t}_b ON {t} USING amrtree (b) WITH (tiering = off)',
     'gist': 'CREATE INDEX {t}_b ON {t} USING gist (b)',
     'spgist': 'CREATE INDEX {t}_b ON {t} USING spgist (b)',
 }
 
 
 def index_bytes(cl, am, table):
-    if am == 'amrtree':
+    if am.startswith('amrtree'):
         r = cl.rows(f"SELECT dram_bytes, pmem_bytes, ssd_bytes FROM amrtree_index_stats('{table}_b')")[0]
         d, p, s = (int(x) for x in r)
         return {'total': d + p + s, 'dram': d, 'pmem': p, 'ssd': s}
@@ -401,7 +396,7 @@ WHERE b && (SELECT box(point(x - {hw}, y - {hh}), point(x + {hw}, y + {hh})) FRO
 def cmd_compare(args):
     quick = args.quick
     rows = args.rows or (100000 if quick else 1000000)
-    seconds = args.seconds or (3 if quick else 15)
+    seconds = args.seconds or (3 if quick else 10)
     reps = args.reps or (1 if quick else 3)
     clients = args.clients
     bulk_rows = args.bulk_rows or rows
@@ -438,6 +433,10 @@ def cmd_compare(args):
         sizes = {}
         for am in AMS:
             cl.sql(f'VACUUM ANALYZE trips_{am}')
+            if am.startswith('amrtree'):
+                # measure the steady state: the tier manager demotes the
+                # leaves nobody has touched yet (rule R4) right after a build
+                cl.sql(f"SELECT amrtree_settle('trips_{am}_b', 1)")
             sizes[am] = index_bytes(cl, am, 'trips_' + am)
             m, sd = mean_sd(builds[am])
             summary.setdefault('build_s', {})[am] = m
@@ -445,16 +444,16 @@ def cmd_compare(args):
             res.add(metric='build_time', am=am, value=m, sd=sd, unit='s')
             res.add(metric='index_size', am=am, value=sizes[am]['total'], unit='bytes',
                     detail='dram=%(dram)d pmem=%(pmem)d ssd=%(ssd)d' % sizes[am])
-            log('  %-8s build %7.3f s (sd %.3f)   size %8.1f MB%s'
-                % (am, m, sd, sizes[am]['total'] / 1048576,
+            log('  %-22s build %7.3f s (sd %.3f)   size %7.1f MB%s'
+                % (AM_LABEL[am], m, sd, sizes[am]['total'] / 1048576,
                    '  (DRAM %.2f MB + PMEM %.1f MB + SSD %.1f MB)'
                    % (sizes[am]['dram'] / 1048576, sizes[am]['pmem'] / 1048576,
-                      sizes[am]['ssd'] / 1048576) if am == 'amrtree' else ''))
+                      sizes[am]['ssd'] / 1048576) if am.startswith('amrtree') else ''))
 
         # -- windows
-        log('\n== query windows (centred on data boxes, calibrated through the amrtree index)')
+        log('\n== query windows (centred on data boxes; selectivity = window area / data space area)')
         spread = data_spread(cl)
-        windows = calibrate_windows(cl, 'trips_amrtree', rows, spread, SELECTIVITIES)
+        windows = make_windows(cl, 'trips_amrtree', rows, spread, SELECTIVITIES)
         summary['windows'] = {pct(s): {'hw': w[0], 'hh': w[1], 'mean_rows': w[2]}
                               for s, w in windows.items()}
         bw, bh = [float(x) for x in cl.rows(
@@ -473,7 +472,7 @@ def cmd_compare(args):
         for s in SELECTIVITIES:
             plans = {am: plan_of(cl, 'trips_' + am, windows[s][0], windows[s][1]) for am in AMS}
             summary['plans'][pct(s)] = plans
-            log('  %-7s %s' % (pct(s), '  '.join('%s: %s' % (am, plans[am]) for am in AMS)))
+            log('  %-7s %s' % (pct(s), '  '.join('%s: %s' % (AM_LABEL[am], plans[am]) for am in AMS)))
 
         log('\n== pgbench (tps; latency avg / p95 / p99 in ms)')
         qres = {}
@@ -520,7 +519,7 @@ def cmd_compare(args):
             cl.sql('DROP TABLE bulk; CHECKPOINT')
         base, base_sd = mean_sd(bulk['none'])
         res.add(metric='bulk_insert', am='none', value=base, sd=base_sd, unit='s')
-        log('  %-8s %7.3f s' % ('no index', base))
+        log('  %-22s %7.3f s' % ('no index', base))
         summary['bulk'] = {'none': base}
         for am in AMS:
             m, sd = mean_sd(bulk[am])
@@ -528,8 +527,8 @@ def cmd_compare(args):
             summary['bulk'][am] = m
             res.add(metric='bulk_insert', am=am, value=m, sd=sd, unit='s')
             res.add(metric='bulk_index_cost', am=am, value=cost, unit='s')
-            log('  %-8s %7.3f s (sd %.3f)  index cost %7.3f s  = %.2f us/row'
-                % (am, m, sd, cost, cost / bulk_rows * 1e6))
+            log('  %-22s %7.3f s (sd %.3f)  index cost %7.3f s  = %.2f us/row'
+                % (AM_LABEL[am], m, sd, cost, cost / bulk_rows * 1e6))
         summary['elapsed_s'] = time.monotonic() - t0
 
         print_compare_ratios(summary, res)
@@ -553,39 +552,37 @@ def report_runs(res, summary, qres, label):
         summary.setdefault('tps', {}).setdefault(label, {})[am] = {'tps': t, 'sd': sd, **lat}
         res.add(metric='tps', script=label, am=am, value=t, sd=sd, unit='tps',
                 lat_avg_ms=lat['avg'], lat_p95_ms=lat['p95'], lat_p99_ms=lat['p99'])
-    log('  %-14s %s' % (label, '   '.join(
-        '%s %8.0f (%.2f/%.2f/%.2f)' % (am, tps[am],
+    log('  %-14s %s' % (label, '  '.join(
+        '%s %7.0f (%.2f/%.2f/%.2f)' % (AM_LABEL[am].replace(' (tiering off)', '-off'), tps[am],
                                        summary['tps'][label][am]['avg'],
                                        summary['tps'][label][am]['p95'],
                                        summary['tps'][label][am]['p99']) for am in AMS)))
 
 
 def print_compare_ratios(summary, res):
-    log('\n== ratios to GiST (higher is better for amrtree; SP-GiST for reference)')
-    b = summary['build_s']
+    log('\n== ratios to GiST (for amrtree, higher is better except size and insert cost)')
+    others = [am for am in AMS if am != 'gist']
     lines = []
-    lines.append(('build speed (GiST time / time)', b['gist'] / b['amrtree'],
-                  b['gist'] / b['spgist'], '>= 4'))
+    b = summary['build_s']
+    lines.append(('build speed (GiST time / time)', {am: b['gist'] / b[am] for am in others}, '>= 4'))
     sz = summary['size_bytes']
-    lines.append(('index size (bytes / GiST bytes)', sz['amrtree']['total'] / sz['gist']['total'],
-                  sz['spgist']['total'] / sz['gist']['total'], ''))
+    lines.append(('index size (bytes / GiST bytes)',
+                  {am: sz[am]['total'] / sz['gist']['total'] for am in others}, ''))
     targets = {'range 0.001%': '>= 1.2', 'range 0.1%': '>= 1.5'}
     for label, per in summary['tps'].items():
-        lines.append(('tps %s' % label, per['amrtree']['tps'] / per['gist']['tps'],
-                      per['spgist']['tps'] / per['gist']['tps'], targets.get(label, '')))
+        lines.append(('tps %s' % label, {am: per[am]['tps'] / per['gist']['tps'] for am in others},
+                      targets.get(label, '')))
     bulk = summary['bulk']
     gcost = bulk['gist'] - bulk['none']
     if gcost > 0:
         lines.append(('bulk-insert index cost (cost / GiST cost)',
-                      (bulk['amrtree'] - bulk['none']) / gcost,
-                      (bulk['spgist'] - bulk['none']) / gcost, '<= 0.25'))
-    log('  %-44s %9s %9s  %s' % ('', 'amrtree', 'SP-GiST', 'target (amrtree)'))
-    for name, a, s, tgt in lines:
-        log('  %-44s %9.2f %9.2f  %s' % (name, a, s, tgt))
-        res.add(metric='ratio_to_gist', script=name, am='amrtree', value=a, unit='x')
-        res.add(metric='ratio_to_gist', script=name, am='spgist', value=s, unit='x')
-    summary['ratios'] = [{'what': n, 'amrtree': a, 'spgist': s, 'target': t}
-                         for n, a, s, t in lines]
+                      {am: (bulk[am] - bulk['none']) / gcost for am in others}, '<= 0.25'))
+    log('  %-42s %s  %s' % ('', ' '.join('%22s' % AM_LABEL[am] for am in others), 'target (amrtree)'))
+    for name, vals, tgt in lines:
+        log('  %-42s %s  %s' % (name, ' '.join('%22.2f' % vals[am] for am in others), tgt))
+        for am in others:
+            res.add(metric='ratio_to_gist', script=name, am=am, value=vals[am], unit='x')
+    summary['ratios'] = [{'what': n, **v, 'target': t} for n, v, t in lines]
 
 
 def plot_compare(summary, outdir):
@@ -594,13 +591,14 @@ def plot_compare(summary, outdir):
         return
     labels = list(summary['tps'].keys())
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    width = 0.27
-    colors = {'amrtree': '#1f77b4', 'gist': '#ff7f0e', 'spgist': '#2ca02c'}
+    width = 0.2
+    colors = {'amrtree': '#1f77b4', 'amrtree_notier': '#9ecae1', 'gist': '#ff7f0e',
+              'spgist': '#2ca02c'}
     for i, am in enumerate(AMS):
         vals = [summary['tps'][l][am]['tps'] for l in labels]
         errs = [summary['tps'][l][am]['sd'] for l in labels]
-        ax.bar([x + (i - 1) * width for x in range(len(labels))], vals, width,
-               yerr=errs, label=am, color=colors[am])
+        ax.bar([x + (i - 1.5) * width for x in range(len(labels))], vals, width,
+               yerr=errs, label=AM_LABEL[am], color=colors[am])
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=20)
     ax.set_ylabel('transactions / s')
@@ -617,7 +615,7 @@ def plot_compare(summary, outdir):
 CONFIGS = [('20%', "pmem_budget = '20%'"), ('50%', "pmem_budget = '50%'"),
            ('80%', "pmem_budget = '80%'"), ('unlimited', "pmem_budget = 'unlimited'"),
            ('tiering off', 'tiering = off')]
-BATCH = 100
+BATCH = 10
 
 
 def sweep_index(cl, opts):
@@ -687,16 +685,22 @@ def cmd_budget_sweep(args):
         log('  %-9s %-3s %-11s %-3s %12s %9s %9s %9s %7s %7s %8s'
             % ('rows', 'cl', 'config', 'rep', 'rows/s', 'PMEM MB', 'SSD MB', 'PMEM/bud',
                'promo', 'demo', 'WA'))
+        # a discarded warm-up pass, then the configurations in an order that
+        # rotates with the repetition, so that no configuration always runs
+        # first or last
+        sweep_index(cl, 'tiering = off')
+        cl.pgbench([ins], 2, transactions=min(sizes) // BATCH // 2, defines={'batch': BATCH})
         for nrows in sizes:
             for rep in range(reps):
                 for clients in clients_list:
-                    for cname, opts in CONFIGS:
+                    order = CONFIGS[rep % len(CONFIGS):] + CONFIGS[:rep % len(CONFIGS)]
+                    for cname, opts in order:
                         sweep_index(cl, opts)
                         per_client = nrows // BATCH // clients
                         r = cl.pgbench([ins], clients, transactions=per_client,
                                        defines={'batch': BATCH})
                         inserted = per_client * clients * BATCH
-                        rate = inserted / r['wall']
+                        rate = r['tps'] * BATCH
                         cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
                         st = tier_state(cl)
                         budget = st['pmem']['budget']
@@ -726,7 +730,7 @@ def cmd_budget_sweep(args):
             % (nrows, qsec))
         cl.sql('CREATE INDEX src_b ON src USING amrtree (b)')
         spread = data_spread(cl)
-        win = calibrate_windows(cl, 'src', nrows, spread, [0.0001])[0.0001]
+        win = make_windows(cl, 'src', nrows, spread, [0.0001])[0.0001]
         cl.sql('DROP INDEX src_b')
         qdefs = {'hw': win[0], 'hh': win[1], 'n': ncenters, 'nhot': min(1000, ncenters),
                  'tbl': 'sw'}
@@ -753,7 +757,7 @@ def cmd_budget_sweep(args):
                     % (cname, dist, r['tps'], ls['p50'], ls['p95'], ls['p99'], promoted))
 
         # -- 3. the effect of promotion: a hot region before and after
-        log('\n== promotion: a hot region under a 20%% budget, before and after the tier manager acts')
+        log('\n== promotion: a hot region under a 20% budget, before and after the tier manager acts')
         sweep_index(cl, "pmem_budget = '20%'")
         cl.pgbench([ins], 2, transactions=nrows // BATCH // 2, defines={'batch': BATCH})
         cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
@@ -764,7 +768,7 @@ def cmd_budget_sweep(args):
         before = cl.pgbench([os.path.join(SCRIPTS, 'hot.sql')], 1, seconds=qsec,
                             defines=hot, tag='hot', logdir=logdir)
         hot_leaves_ssd = int(cl.sql(f"""
-SELECT count(*) FROM amrtree_leaf_table('sw_b') l, bench_centers c
+SELECT count(DISTINCT l.leaf_id) FROM amrtree_leaf_table('sw_b') l, bench_centers c
 WHERE c.id <= 20 AND l.tier = 'ssd'
   AND l.mbr && box(point(c.x - {win[0]}, c.y - {win[1]}), point(c.x + {win[0]}, c.y + {win[1]}))"""))
         cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
@@ -772,7 +776,7 @@ WHERE c.id <= 20 AND l.tier = 'ssd'
         after = cl.pgbench([os.path.join(SCRIPTS, 'hot.sql')], 1, seconds=qsec,
                            defines=hot, tag='hot', logdir=logdir)
         hot_leaves_ssd_after = int(cl.sql(f"""
-SELECT count(*) FROM amrtree_leaf_table('sw_b') l, bench_centers c
+SELECT count(DISTINCT l.leaf_id) FROM amrtree_leaf_table('sw_b') l, bench_centers c
 WHERE c.id <= 20 AND l.tier = 'ssd'
   AND l.mbr && box(point(c.x - {win[0]}, c.y - {win[1]}), point(c.x + {win[0]}, c.y + {win[1]}))"""))
         set_guc(cl, 'amrtree.scan_interval', None)
@@ -786,7 +790,7 @@ WHERE c.id <= 20 AND l.tier = 'ssd'
             tps = before['tps'] if when == 'before' else after['tps']
             res.add(kind='promotion', when=when, tps=tps, p50_ms=x['p50'], p95_ms=x['p95'],
                     p99_ms=x['p99'], hot_leaves_on_ssd=ssd)
-            log('  %-7s tps %8.0f   p50 %.3f ms  p95 %.3f ms  p99 %.3f ms   hot leaves on SSD: %d'
+            log('  %-7s tps %8.0f   p50 %.3f ms  p95 %.3f ms  p99 %.3f ms   hot-region leaves on SSD: %d'
                 % (when, tps, x['p50'], x['p95'], x['p99'], ssd))
         log('  the settle in between made %d promotions and %d demotions'
             % (summary['promotion']['promotions'], summary['promotion']['demotions']))
@@ -878,8 +882,9 @@ def summarize_sweep(summary, res):
     if costs:
         m, sd = mean_sd(costs)
         summary['tiering_cost'] = {'mean': m, 'sd': sd, 'max': max(costs)}
-        log('  insert throughput cost of tiering (all budgets, sizes, clients): '
-            'mean %.1f%% +- %.1f, worst %.1f%%  (target <= 2%%)' % (100 * m, 100 * sd, 100 * max(costs)))
+        log('  insert throughput lost to tiering (all budgets, sizes, clients; negative = faster '
+            'than tiering off): mean %.1f%% +- %.1f, worst %.1f%%  (target <= 2%%)'
+            % (100 * m, 100 * sd, 100 * max(costs)))
     within = [a['pmem_over_budget'] for a in summary['aggregate']
               if a['pmem_over_budget'] == a['pmem_over_budget']]
     if within:
