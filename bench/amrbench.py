@@ -680,154 +680,28 @@ def cmd_budget_sweep(args):
         load_source(cl, csvpath)
         ncenters = make_centers(cl)
 
+        parts = set(args.parts.split(','))
         # -- 1. the paper's sweep: insert one by one, settle, look at the tiers
-        log('\n== inserts (%d rows per transaction, each through aminsert), then amrtree_settle' % BATCH)
-        log('  %-9s %-3s %-11s %-3s %12s %9s %9s %9s %7s %7s %8s'
-            % ('rows', 'cl', 'config', 'rep', 'rows/s', 'PMEM MB', 'SSD MB', 'PMEM/bud',
-               'promo', 'demo', 'WA'))
-        # a discarded warm-up pass, then the configurations in an order that
-        # rotates with the repetition, so that no configuration always runs
-        # first or last
-        sweep_index(cl, 'tiering = off')
-        cl.pgbench([ins], 2, transactions=min(sizes) // BATCH // 2, defines={'batch': BATCH})
-        for nrows in sizes:
-            for rep in range(reps):
-                for clients in clients_list:
-                    order = CONFIGS[rep % len(CONFIGS):] + CONFIGS[:rep % len(CONFIGS)]
-                    for cname, opts in order:
-                        sweep_index(cl, opts)
-                        per_client = nrows // BATCH // clients
-                        r = cl.pgbench([ins], clients, transactions=per_client,
-                                       defines={'batch': BATCH})
-                        inserted = per_client * clients * BATCH
-                        rate = r['tps'] * BATCH
-                        cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
-                        st = tier_state(cl)
-                        budget = st['pmem']['budget']
-                        ratio = st['pmem']['bytes'] / budget if budget else float('nan')
-                        wa = st['bytes_moved'] / (inserted * ENTRY_BYTES)
-                        run = {'rows': inserted, 'clients': clients, 'config': cname,
-                               'rep': rep + 1, 'rows_per_s': rate,
-                               'pmem_bytes': st['pmem']['bytes'], 'ssd_bytes': st['ssd']['bytes'],
-                               'dram_bytes': st['dram']['bytes'], 'budget_bytes': budget,
-                               'pmem_over_budget': ratio, 'promotions': st['promotions'],
-                               'demotions': st['demotions'], 'bytes_moved': st['bytes_moved'],
-                               'budget_demotions': st['budget_demotions'],
-                               'rule_demotions': st['rule_demotions'],
-                               'write_amplification': wa}
-                        summary['runs'].append(run)
-                        res.add(kind='insert_sweep', **run)
-                        log('  %-9d %-3d %-11s %-3d %12.0f %9.1f %9.1f %9s %7d %7d %8.3f'
-                            % (inserted, clients, cname, rep + 1, rate,
-                               st['pmem']['bytes'] / 1048576, st['ssd']['bytes'] / 1048576,
-                               '%.1f%%' % (100 * ratio) if budget else '-',
-                               st['promotions'], st['demotions'], wa))
-        cl.sql('DROP TABLE IF EXISTS sw')
+        if 'inserts' in parts:
+            run_insert_sweep(cl, summary, res, sizes, clients_list, reps, settle, ins)
 
-        # -- 2. search latency per budget, uniform and skewed windows
         nrows = maxrows
-        log('\n== search latency per budget (%d rows, 2 clients, %d s per distribution)'
-            % (nrows, qsec))
-        cl.sql('CREATE INDEX src_b ON src USING amrtree (b)')
-        spread = data_spread(cl)
-        win = make_windows(cl, 'src', nrows, spread, [0.0001])[0.0001]
-        cl.sql('DROP INDEX src_b')
-        qdefs = {'hw': win[0], 'hh': win[1], 'n': ncenters, 'nhot': min(1000, ncenters),
-                 'tbl': 'sw'}
-        log('  %-11s %-8s %9s %8s %8s %8s %9s' % ('config', 'queries', 'tps', 'p50 ms',
-                                                  'p95 ms', 'p99 ms', 'promoted'))
-        for cname, opts in CONFIGS:
-            sweep_index(cl, opts)
-            cl.pgbench([ins], 2, transactions=nrows // BATCH // 2, defines={'batch': BATCH})
-            cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
-            for dist in ('uniform', 'skewed'):
-                before = tier_state(cl)['promotions']
-                script = 'range.sql' if dist == 'uniform' else 'skewed.sql'
-                r = cl.pgbench([os.path.join(SCRIPTS, script)], 2, seconds=qsec,
-                               defines=qdefs, tag='lat', logdir=logdir)
-                promoted = tier_state(cl)['promotions'] - before
-                ls = lat_summary(r['lat'])
-                summary['latency'].setdefault(cname, {})[dist] = {
-                    'tps': r['tps'], **ls, 'promotions': promoted,
-                    'cdf': [quantile(r['lat'], q / 100) for q in range(0, 101)]}
-                res.add(kind='latency', config=cname, distribution=dist, tps=r['tps'],
-                        p50_ms=ls['p50'], p95_ms=ls['p95'], p99_ms=ls['p99'],
-                        promotions_during=promoted)
-                log('  %-11s %-8s %9.0f %8.3f %8.3f %8.3f %9d'
-                    % (cname, dist, r['tps'], ls['p50'], ls['p95'], ls['p99'], promoted))
+        if parts & {'latency', 'promotion', 'sensitivity'}:
+            cl.sql('CREATE INDEX src_b ON src USING amrtree (b)')
+            spread = data_spread(cl)
+            win = make_windows(cl, 'src', nrows, spread, [0.0001])[0.0001]
+            cl.sql('DROP INDEX src_b')
+            qdefs = {'hw': win[0], 'hh': win[1], 'n': ncenters, 'nhot': min(1000, ncenters),
+                     'tbl': 'sw'}
+        if 'latency' in parts:
+            run_latency(cl, summary, res, nrows, qsec, settle, ins, qdefs, logdir)
+        if 'promotion' in parts:
+            run_promotion(cl, summary, res, nrows, qsec, settle, ins, qdefs, win, logdir)
+        if 'sensitivity' in parts:
+            run_sensitivity(cl, summary, res, qsec, settle, qdefs, logdir, quick)
 
-        # -- 3. the effect of promotion: a hot region before and after
-        log('\n== promotion: a hot region under a 20% budget, before and after the tier manager acts')
-        sweep_index(cl, "pmem_budget = '20%'")
-        cl.pgbench([ins], 2, transactions=nrows // BATCH // 2, defines={'batch': BATCH})
-        cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
-        set_guc(cl, 'amrtree.scan_interval', '3600s')
-        hot = dict(qdefs, nhot=20)
-        cold_state = tier_state(cl)
-        cl.sql('SELECT pg_stat_reset()')
-        before = cl.pgbench([os.path.join(SCRIPTS, 'hot.sql')], 1, seconds=qsec,
-                            defines=hot, tag='hot', logdir=logdir)
-        hot_leaves_ssd = int(cl.sql(f"""
-SELECT count(DISTINCT l.leaf_id) FROM amrtree_leaf_table('sw_b') l, bench_centers c
-WHERE c.id <= 20 AND l.tier = 'ssd'
-  AND l.mbr && box(point(c.x - {win[0]}, c.y - {win[1]}), point(c.x + {win[0]}, c.y + {win[1]}))"""))
-        cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
-        mid_state = tier_state(cl)
-        after = cl.pgbench([os.path.join(SCRIPTS, 'hot.sql')], 1, seconds=qsec,
-                           defines=hot, tag='hot', logdir=logdir)
-        hot_leaves_ssd_after = int(cl.sql(f"""
-SELECT count(DISTINCT l.leaf_id) FROM amrtree_leaf_table('sw_b') l, bench_centers c
-WHERE c.id <= 20 AND l.tier = 'ssd'
-  AND l.mbr && box(point(c.x - {win[0]}, c.y - {win[1]}), point(c.x + {win[0]}, c.y + {win[1]}))"""))
-        set_guc(cl, 'amrtree.scan_interval', None)
-        b, a = lat_summary(before['lat']), lat_summary(after['lat'])
-        summary['promotion'] = {
-            'before': {'tps': before['tps'], **b, 'hot_leaf_windows_on_ssd': hot_leaves_ssd},
-            'after': {'tps': after['tps'], **a, 'hot_leaf_windows_on_ssd': hot_leaves_ssd_after},
-            'promotions': mid_state['promotions'] - cold_state['promotions'],
-            'demotions': mid_state['demotions'] - cold_state['demotions']}
-        for when, x, ssd in (('before', b, hot_leaves_ssd), ('after', a, hot_leaves_ssd_after)):
-            tps = before['tps'] if when == 'before' else after['tps']
-            res.add(kind='promotion', when=when, tps=tps, p50_ms=x['p50'], p95_ms=x['p95'],
-                    p99_ms=x['p99'], hot_leaves_on_ssd=ssd)
-            log('  %-7s tps %8.0f   p50 %.3f ms  p95 %.3f ms  p99 %.3f ms   hot-region leaves on SSD: %d'
-                % (when, tps, x['p50'], x['p95'], x['p99'], ssd))
-        log('  the settle in between made %d promotions and %d demotions'
-            % (summary['promotion']['promotions'], summary['promotion']['demotions']))
-
-        # -- 4. sensitivity to theta_up, theta_down and lambda (unlimited budget, skewed queries)
-        log('\n== sensitivity (unlimited budget: R3/R4 alone decide; skewed queries, %d s)' % qsec)
-        grid = [('defaults', None, None)]
-        for name, vals in (('amrtree.promote_threshold', [2, 8]),
-                           ('amrtree.demote_threshold', [0.1, 2]),
-                           ('amrtree.decay_lambda', [0.02, 0.5])):
-            for v in (vals[:1] if quick else vals):
-                grid.append(('%s=%g' % (name.split('.')[1], v), name, v))
-        log('  %-24s %7s %7s %9s %9s %8s' % ('setting', 'promo', 'demo', 'PMEM %', 'tps', 'p95 ms'))
-        for label, name, value in grid:
-            if name:
-                set_guc(cl, name, value)
-            cl.sql("DROP TABLE IF EXISTS sw; CREATE TABLE sw AS SELECT * FROM src; "
-                   "CREATE INDEX sw_b ON sw USING amrtree (b); VACUUM ANALYZE sw")
-            s0 = tier_state(cl)
-            r = cl.pgbench([os.path.join(SCRIPTS, 'skewed.sql')], 2, seconds=qsec,
-                           defines=qdefs, tag='sens', logdir=logdir)
-            cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
-            s1 = tier_state(cl)
-            leaf_bytes = s1['pmem']['bytes'] + s1['ssd']['bytes']
-            pm = 100 * s1['pmem']['bytes'] / leaf_bytes if leaf_bytes else float('nan')
-            ls = lat_summary(r['lat'])
-            row = {'setting': label, 'promotions': s1['promotions'] - s0['promotions'],
-                   'demotions': s1['demotions'] - s0['demotions'], 'pmem_pct': pm,
-                   'tps': r['tps'], 'p95_ms': ls['p95']}
-            summary['sensitivity'].append(row)
-            res.add(kind='sensitivity', **row)
-            log('  %-24s %7d %7d %8.1f%% %9.0f %8.3f'
-                % (label, row['promotions'], row['demotions'], pm, r['tps'], ls['p95']))
-            if name:
-                set_guc(cl, name, None)
-
-        summarize_sweep(summary, res)
+        if summary['runs']:
+            summarize_sweep(summary, res)
         summary['elapsed_s'] = time.monotonic() - t0
         csvp = res.write_csv()
         with open(os.path.join(outdir, 'summary.json'), 'w') as f:
@@ -837,6 +711,161 @@ WHERE c.id <= 20 AND l.tier = 'ssd'
         log('elapsed: %.0f s' % summary['elapsed_s'])
     finally:
         cl.remove()
+
+
+def run_insert_sweep(cl, summary, res, sizes, clients_list, reps, settle, ins):
+    log('\n== inserts (%d rows per transaction, each through aminsert), then amrtree_settle' % BATCH)
+    log('  %-9s %-3s %-11s %-3s %12s %9s %9s %9s %7s %7s %8s'
+        % ('rows', 'cl', 'config', 'rep', 'rows/s', 'PMEM MB', 'SSD MB', 'PMEM/bud',
+           'promo', 'demo', 'WA'))
+    # a discarded warm-up pass, then the configurations in an order that
+    # rotates with the repetition, so that no configuration always runs
+    # first or last
+    sweep_index(cl, 'tiering = off')
+    cl.pgbench([ins], 2, transactions=min(sizes) // BATCH // 2, defines={'batch': BATCH})
+    for nrows in sizes:
+        for rep in range(reps):
+            for clients in clients_list:
+                order = CONFIGS[rep % len(CONFIGS):] + CONFIGS[:rep % len(CONFIGS)]
+                for cname, opts in order:
+                    sweep_index(cl, opts)
+                    per_client = nrows // BATCH // clients
+                    r = cl.pgbench([ins], clients, transactions=per_client,
+                                   defines={'batch': BATCH})
+                    inserted = per_client * clients * BATCH
+                    rate = r['tps'] * BATCH
+                    cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
+                    st = tier_state(cl)
+                    budget = st['pmem']['budget']
+                    ratio = st['pmem']['bytes'] / budget if budget else float('nan')
+                    wa = st['bytes_moved'] / (inserted * ENTRY_BYTES)
+                    run = {'rows': inserted, 'clients': clients, 'config': cname,
+                           'rep': rep + 1, 'rows_per_s': rate,
+                           'pmem_bytes': st['pmem']['bytes'], 'ssd_bytes': st['ssd']['bytes'],
+                           'dram_bytes': st['dram']['bytes'], 'budget_bytes': budget,
+                           'pmem_over_budget': ratio, 'promotions': st['promotions'],
+                           'demotions': st['demotions'], 'bytes_moved': st['bytes_moved'],
+                           'budget_demotions': st['budget_demotions'],
+                           'rule_demotions': st['rule_demotions'],
+                           'write_amplification': wa}
+                    summary['runs'].append(run)
+                    res.add(kind='insert_sweep', **run)
+                    log('  %-9d %-3d %-11s %-3d %12.0f %9.1f %9.1f %9s %7d %7d %8.3f'
+                        % (inserted, clients, cname, rep + 1, rate,
+                           st['pmem']['bytes'] / 1048576, st['ssd']['bytes'] / 1048576,
+                           '%.1f%%' % (100 * ratio) if budget else '-',
+                           st['promotions'], st['demotions'], wa))
+    cl.sql('DROP TABLE IF EXISTS sw')
+
+
+
+def run_latency(cl, summary, res, nrows, qsec, settle, ins, qdefs, logdir):
+    # -- 2. search latency per budget, uniform and skewed windows
+    log('\n== search latency per budget (%d rows, 2 clients, %d s per distribution)'
+        % (nrows, qsec))
+    log('  %-11s %-8s %9s %8s %8s %8s %9s' % ('config', 'queries', 'tps', 'p50 ms',
+                                              'p95 ms', 'p99 ms', 'promoted'))
+    for cname, opts in CONFIGS:
+        sweep_index(cl, opts)
+        cl.pgbench([ins], 2, transactions=nrows // BATCH // 2, defines={'batch': BATCH})
+        # the same plan for every configuration: an index-only scan over
+        # an all-visible table (autovacuum would otherwise decide)
+        cl.sql('VACUUM ANALYZE sw')
+        cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
+        for dist in ('uniform', 'skewed'):
+            before = tier_state(cl)['promotions']
+            script = 'range.sql' if dist == 'uniform' else 'skewed.sql'
+            r = cl.pgbench([os.path.join(SCRIPTS, script)], 2, seconds=qsec,
+                           defines=qdefs, tag='lat', logdir=logdir)
+            promoted = tier_state(cl)['promotions'] - before
+            ls = lat_summary(r['lat'])
+            summary['latency'].setdefault(cname, {})[dist] = {
+                'tps': r['tps'], **ls, 'promotions': promoted,
+                'cdf': [quantile(r['lat'], q / 100) for q in range(0, 101)]}
+            res.add(kind='latency', config=cname, distribution=dist, tps=r['tps'],
+                    p50_ms=ls['p50'], p95_ms=ls['p95'], p99_ms=ls['p99'],
+                    promotions_during=promoted)
+            log('  %-11s %-8s %9.0f %8.3f %8.3f %8.3f %9d'
+                % (cname, dist, r['tps'], ls['p50'], ls['p95'], ls['p99'], promoted))
+
+
+
+def run_promotion(cl, summary, res, nrows, qsec, settle, ins, qdefs, win, logdir):
+            # -- 3. the effect of promotion: a hot region before and after
+            log('\n== promotion: a hot region under a 20% budget, before and after the tier manager acts')
+            sweep_index(cl, "pmem_budget = '20%'")
+            cl.pgbench([ins], 2, transactions=nrows // BATCH // 2, defines={'batch': BATCH})
+            cl.sql('VACUUM ANALYZE sw')
+            cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
+            set_guc(cl, 'amrtree.scan_interval', '3600s')
+            hot = dict(qdefs, nhot=20)
+            cold_state = tier_state(cl)
+            cl.sql('SELECT pg_stat_reset()')
+            before = cl.pgbench([os.path.join(SCRIPTS, 'hot.sql')], 1, seconds=qsec,
+                                defines=hot, tag='hot', logdir=logdir)
+            hot_leaves_ssd = int(cl.sql(f"""
+    SELECT count(DISTINCT l.leaf_id) FROM amrtree_leaf_table('sw_b') l, bench_centers c
+    WHERE c.id <= 20 AND l.tier = 'ssd'
+      AND l.mbr && box(point(c.x - {win[0]}, c.y - {win[1]}), point(c.x + {win[0]}, c.y + {win[1]}))"""))
+            cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
+            mid_state = tier_state(cl)
+            after = cl.pgbench([os.path.join(SCRIPTS, 'hot.sql')], 1, seconds=qsec,
+                               defines=hot, tag='hot', logdir=logdir)
+            hot_leaves_ssd_after = int(cl.sql(f"""
+    SELECT count(DISTINCT l.leaf_id) FROM amrtree_leaf_table('sw_b') l, bench_centers c
+    WHERE c.id <= 20 AND l.tier = 'ssd'
+      AND l.mbr && box(point(c.x - {win[0]}, c.y - {win[1]}), point(c.x + {win[0]}, c.y + {win[1]}))"""))
+            set_guc(cl, 'amrtree.scan_interval', None)
+            b, a = lat_summary(before['lat']), lat_summary(after['lat'])
+            summary['promotion'] = {
+                'before': {'tps': before['tps'], **b, 'hot_leaf_windows_on_ssd': hot_leaves_ssd},
+                'after': {'tps': after['tps'], **a, 'hot_leaf_windows_on_ssd': hot_leaves_ssd_after},
+                'promotions': mid_state['promotions'] - cold_state['promotions'],
+                'demotions': mid_state['demotions'] - cold_state['demotions']}
+            for when, x, ssd in (('before', b, hot_leaves_ssd), ('after', a, hot_leaves_ssd_after)):
+                tps = before['tps'] if when == 'before' else after['tps']
+                res.add(kind='promotion', when=when, tps=tps, p50_ms=x['p50'], p95_ms=x['p95'],
+                        p99_ms=x['p99'], hot_leaves_on_ssd=ssd)
+                log('  %-7s tps %8.0f   p50 %.3f ms  p95 %.3f ms  p99 %.3f ms   hot-region leaves on SSD: %d'
+                    % (when, tps, x['p50'], x['p95'], x['p99'], ssd))
+            log('  the settle in between made %d promotions and %d demotions'
+                % (summary['promotion']['promotions'], summary['promotion']['demotions']))
+
+
+
+def run_sensitivity(cl, summary, res, qsec, settle, qdefs, logdir, quick):
+    # -- 4. sensitivity to theta_up, theta_down and lambda (unlimited budget, skewed queries)
+    log('\n== sensitivity (unlimited budget: R3/R4 alone decide; skewed queries, %d s)' % qsec)
+    grid = [('defaults', None, None)]
+    for name, vals in (('amrtree.promote_threshold', [2, 8]),
+                       ('amrtree.demote_threshold', [0.1, 2]),
+                       ('amrtree.decay_lambda', [0.02, 0.5])):
+        for v in (vals[:1] if quick else vals):
+            grid.append(('%s=%g' % (name.split('.')[1], v), name, v))
+    log('  %-24s %7s %7s %9s %9s %8s' % ('setting', 'promo', 'demo', 'PMEM %', 'tps', 'p95 ms'))
+    for label, name, value in grid:
+        if name:
+            set_guc(cl, name, value)
+        cl.sql("DROP TABLE IF EXISTS sw; CREATE TABLE sw AS SELECT * FROM src; "
+               "CREATE INDEX sw_b ON sw USING amrtree (b); VACUUM ANALYZE sw")
+        s0 = tier_state(cl)
+        r = cl.pgbench([os.path.join(SCRIPTS, 'skewed.sql')], 2, seconds=qsec,
+                       defines=qdefs, tag='sens', logdir=logdir)
+        cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
+        s1 = tier_state(cl)
+        leaf_bytes = s1['pmem']['bytes'] + s1['ssd']['bytes']
+        pm = 100 * s1['pmem']['bytes'] / leaf_bytes if leaf_bytes else float('nan')
+        ls = lat_summary(r['lat'])
+        row = {'setting': label, 'promotions': s1['promotions'] - s0['promotions'],
+               'demotions': s1['demotions'] - s0['demotions'], 'pmem_pct': pm,
+               'tps': r['tps'], 'p95_ms': ls['p95']}
+        summary['sensitivity'].append(row)
+        res.add(kind='sensitivity', **row)
+        log('  %-24s %7d %7d %8.1f%% %9.0f %8.3f'
+            % (label, row['promotions'], row['demotions'], pm, r['tps'], ls['p95']))
+        if name:
+            set_guc(cl, name, None)
+
 
 
 def summarize_sweep(summary, res):
@@ -999,6 +1028,8 @@ def main():
     s.add_argument('--clients', help='comma-separated client counts')
     s.add_argument('--reps', type=int)
     s.add_argument('--seconds', type=int, help='seconds per query run')
+    s.add_argument('--parts', default='inserts,latency,promotion,sensitivity',
+                   help='comma-separated subset of inserts,latency,promotion,sensitivity')
     args = p.parse_args()
     try:
         if args.cmd == 'compare':
