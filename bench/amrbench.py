@@ -926,6 +926,12 @@ def plot_sweep(summary, outdir):
     if not plt:
         return
     cnames = [c[0] for c in CONFIGS]
+    if summary.get('aggregate'):
+        plot_sweep_inserts(plt, summary, outdir, cnames)
+    plot_latency_cdfs(plt, summary, outdir, cnames)
+
+
+def plot_sweep_inserts(plt, summary, outdir, cnames):
     nrows = max(summary['sizes'])
     cl0 = summary['clients'][0]
     agg = {(a['rows'], a['clients'], a['config']): a for a in summary['aggregate']}
@@ -987,7 +993,9 @@ def plot_sweep(summary, outdir):
     fig.savefig(os.path.join(outdir, 'fig5-insert-throughput.png'), dpi=110)
     plt.close(fig)
 
-    # latency CDFs per budget
+
+
+def plot_latency_cdfs(plt, summary, outdir, cnames):
     for dist in ('uniform', 'skewed'):
         fig, ax = plt.subplots(figsize=(7, 4))
         for c in cnames:

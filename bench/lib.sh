@@ -25,7 +25,7 @@ run_driver() {
 	for a in "$@"; do
 		case "$a" in
 			--no-deps) deps=0 ;;
-			-h|--help) python3 "$AMR_ROOT/bench/amrbench.py" --workdir . "$cmd" --help; exit 0 ;;
+			-h|--help) /usr/bin/python3 "$AMR_ROOT/bench/amrbench.py" --workdir . "$cmd" --help; exit 0 ;;
 			*) args+=("$a") ;;
 		esac
 	done
@@ -45,7 +45,7 @@ run_driver() {
 	local rc=0
 	as_pg "$BENCH_WORK" env AMR_PG_BIN="$PG_BIN" AMRBENCH_TAG="$BENCH_TAG" \
 		AMR_COMMIT="$(git -C "$AMR_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')" \
-		python3 "$AMR_ROOT/bench/amrbench.py" --workdir "$BENCH_WORK" \
+		/usr/bin/python3 "$AMR_ROOT/bench/amrbench.py" --workdir "$BENCH_WORK" \
 		--results "$BENCH_WORK/results" "$cmd" "${args[@]}" || rc=$?
 	# results come back into the source tree
 	mkdir -p "$AMR_ROOT/bench/results"
