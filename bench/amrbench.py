@@ -435,7 +435,7 @@ def cmd_compare(args):
             cl.sql(f'VACUUM ANALYZE trips_{am}')
             if am.startswith('amrtree'):
                 # measure the steady state: the tier manager demotes the
-                # leaves nobody has touched yet (rule R4) right after a build
+                # leaves nobody has touched yet (rule R5) right after a build
                 cl.sql(f"SELECT amrtree_settle('trips_{am}_b', 1)")
             sizes[am] = index_bytes(cl, am, 'trips_' + am)
             m, sd = mean_sd(builds[am])
@@ -835,7 +835,7 @@ def run_promotion(cl, summary, res, nrows, qsec, settle, ins, qdefs, win, logdir
 
 def run_sensitivity(cl, summary, res, qsec, settle, qdefs, logdir, quick):
     # -- 4. sensitivity to theta_up, theta_down and lambda (unlimited budget, skewed queries)
-    log('\n== sensitivity (unlimited budget: R3/R4 alone decide; skewed queries, %d s)' % qsec)
+    log('\n== sensitivity (unlimited budget: the hot/cold rules R4/R5 alone decide; skewed queries, %d s)' % qsec)
     grid = [('defaults', None, None)]
     for name, vals in (('amrtree.promote_threshold', [2, 8]),
                        ('amrtree.demote_threshold', [0.1, 2]),
