@@ -52,6 +52,8 @@ run_driver() {
 	local d
 	for d in "$BENCH_WORK"/results/*; do
 		[ -d "$d" ] || continue
+		# an interrupted run may have written nothing yet
+		if [ -z "$(ls -A "$d")" ]; then rm -rf "$d"; continue; fi
 		cp -r "$d" "$AMR_ROOT/bench/results/"
 		rm -rf "$d"
 		echo "copied to bench/results/$(basename "$d")"
