@@ -352,6 +352,13 @@ class Results:
         return path
 
 
+def save_figure(plt, fig, ax, outdir, name):
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, name), dpi=110)
+    plt.close(fig)
+
+
 def plt_or_none():
     try:
         import matplotlib
@@ -604,10 +611,7 @@ def plot_compare(summary, outdir):
     ax.set_ylabel('transactions / s')
     ax.set_yscale('log')
     ax.set_title('pgbench throughput, %d rows, %d client(s)' % (summary['rows'], summary['clients']))
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(outdir, 'compare-tps.png'), dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, ax, outdir, 'compare-tps.png')
 
 
 # ---------------------------------------------------------------- budget sweep
@@ -791,45 +795,47 @@ def run_latency(cl, summary, res, nrows, qsec, settle, ins, qdefs, logdir):
 
 
 def run_promotion(cl, summary, res, nrows, qsec, settle, ins, qdefs, win, logdir):
-            # -- 3. the effect of promotion: a hot region before and after
-            log('\n== promotion: a hot region under a 20% budget, before and after the tier manager acts')
-            sweep_index(cl, "pmem_budget = '20%'")
-            cl.pgbench([ins], 2, transactions=nrows // BATCH // 2, defines={'batch': BATCH})
-            cl.sql('VACUUM ANALYZE sw')
-            cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
-            set_guc(cl, 'amrtree.scan_interval', '3600s')
-            hot = dict(qdefs, nhot=20)
-            cold_state = tier_state(cl)
-            cl.sql('SELECT pg_stat_reset()')
-            before = cl.pgbench([os.path.join(SCRIPTS, 'hot.sql')], 1, seconds=qsec,
-                                defines=hot, tag='hot', logdir=logdir)
-            hot_leaves_ssd = int(cl.sql(f"""
-    SELECT count(DISTINCT l.leaf_id) FROM amrtree_leaf_table('sw_b') l, bench_centers c
-    WHERE c.id <= 20 AND l.tier = 'ssd'
-      AND l.mbr && box(point(c.x - {win[0]}, c.y - {win[1]}), point(c.x + {win[0]}, c.y + {win[1]}))"""))
-            cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
-            mid_state = tier_state(cl)
-            after = cl.pgbench([os.path.join(SCRIPTS, 'hot.sql')], 1, seconds=qsec,
-                               defines=hot, tag='hot', logdir=logdir)
-            hot_leaves_ssd_after = int(cl.sql(f"""
-    SELECT count(DISTINCT l.leaf_id) FROM amrtree_leaf_table('sw_b') l, bench_centers c
-    WHERE c.id <= 20 AND l.tier = 'ssd'
-      AND l.mbr && box(point(c.x - {win[0]}, c.y - {win[1]}), point(c.x + {win[0]}, c.y + {win[1]}))"""))
-            set_guc(cl, 'amrtree.scan_interval', None)
-            b, a = lat_summary(before['lat']), lat_summary(after['lat'])
-            summary['promotion'] = {
-                'before': {'tps': before['tps'], **b, 'hot_leaf_windows_on_ssd': hot_leaves_ssd},
-                'after': {'tps': after['tps'], **a, 'hot_leaf_windows_on_ssd': hot_leaves_ssd_after},
-                'promotions': mid_state['promotions'] - cold_state['promotions'],
-                'demotions': mid_state['demotions'] - cold_state['demotions']}
-            for when, x, ssd in (('before', b, hot_leaves_ssd), ('after', a, hot_leaves_ssd_after)):
-                tps = before['tps'] if when == 'before' else after['tps']
-                res.add(kind='promotion', when=when, tps=tps, p50_ms=x['p50'], p95_ms=x['p95'],
-                        p99_ms=x['p99'], hot_leaves_on_ssd=ssd)
-                log('  %-7s tps %8.0f   p50 %.3f ms  p95 %.3f ms  p99 %.3f ms   hot-region leaves on SSD: %d'
-                    % (when, tps, x['p50'], x['p95'], x['p99'], ssd))
-            log('  the settle in between made %d promotions and %d demotions'
-                % (summary['promotion']['promotions'], summary['promotion']['demotions']))
+    # -- 3. the effect of promotion: a hot region before and after
+    log('\n== promotion: a hot region under a 20% budget, before and after the tier manager acts')
+    sweep_index(cl, "pmem_budget = '20%'")
+    cl.pgbench([ins], 2, transactions=nrows // BATCH // 2, defines={'batch': BATCH})
+    cl.sql('VACUUM ANALYZE sw')
+    cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
+    set_guc(cl, 'amrtree.scan_interval', '3600s')
+    hot = dict(qdefs, nhot=20)
+
+    def hot_leaves_on_ssd():
+        """Distinct leaves under the hot windows that are on SSD."""
+        return int(cl.sql(f"""
+SELECT count(DISTINCT l.leaf_id) FROM amrtree_leaf_table('sw_b') l, bench_centers c
+WHERE c.id <= 20 AND l.tier = 'ssd'
+  AND l.mbr && box(point(c.x - {win[0]}, c.y - {win[1]}), point(c.x + {win[0]}, c.y + {win[1]}))"""))
+
+    cold_state = tier_state(cl)
+    cl.sql('SELECT pg_stat_reset()')
+    before = cl.pgbench([os.path.join(SCRIPTS, 'hot.sql')], 1, seconds=qsec,
+                        defines=hot, tag='hot', logdir=logdir)
+    hot_leaves_ssd = hot_leaves_on_ssd()
+    cl.sql(f"SELECT amrtree_settle('sw_b', {settle})")
+    mid_state = tier_state(cl)
+    after = cl.pgbench([os.path.join(SCRIPTS, 'hot.sql')], 1, seconds=qsec,
+                       defines=hot, tag='hot', logdir=logdir)
+    hot_leaves_ssd_after = hot_leaves_on_ssd()
+    set_guc(cl, 'amrtree.scan_interval', None)
+    b, a = lat_summary(before['lat']), lat_summary(after['lat'])
+    summary['promotion'] = {
+        'before': {'tps': before['tps'], **b, 'hot_leaf_windows_on_ssd': hot_leaves_ssd},
+        'after': {'tps': after['tps'], **a, 'hot_leaf_windows_on_ssd': hot_leaves_ssd_after},
+        'promotions': mid_state['promotions'] - cold_state['promotions'],
+        'demotions': mid_state['demotions'] - cold_state['demotions']}
+    for when, x, ssd in (('before', b, hot_leaves_ssd), ('after', a, hot_leaves_ssd_after)):
+        tps = before['tps'] if when == 'before' else after['tps']
+        res.add(kind='promotion', when=when, tps=tps, p50_ms=x['p50'], p95_ms=x['p95'],
+                p99_ms=x['p99'], hot_leaves_on_ssd=ssd)
+        log('  %-7s tps %8.0f   p50 %.3f ms  p95 %.3f ms  p99 %.3f ms   hot-region leaves on SSD: %d'
+            % (when, tps, x['p50'], x['p95'], x['p99'], ssd))
+    log('  the settle in between made %d promotions and %d demotions'
+        % (summary['promotion']['promotions'], summary['promotion']['demotions']))
 
 
 
@@ -955,10 +961,7 @@ def plot_sweep_inserts(plt, summary, outdir, cnames):
                       linestyles='dashed', label='budget' if i == 0 else None)
     ax.set_ylabel('MB of leaves')
     ax.set_title('Leaf bytes per tier after amrtree_settle (%d rows)' % nrows)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(outdir, 'fig3-tier-bytes.png'), dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, ax, outdir, 'fig3-tier-bytes.png')
 
     # Fig. 4: promotions and demotions
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -971,10 +974,7 @@ def plot_sweep_inserts(plt, summary, outdir, cnames):
     ax.set_xticklabels(cnames)
     ax.set_ylabel('leaves moved')
     ax.set_title('Migrations during insertion and settle (%d rows)' % nrows)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(outdir, 'fig4-migrations.png'), dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, ax, outdir, 'fig4-migrations.png')
 
     # Fig. 5: insert throughput per budget, per client count
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -988,10 +988,7 @@ def plot_sweep_inserts(plt, summary, outdir, cnames):
     ax.set_xticklabels(cnames)
     ax.set_ylabel('rows inserted / s')
     ax.set_title('Insert throughput (%d rows, mean +- sd)' % nrows)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(outdir, 'fig5-insert-throughput.png'), dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, ax, outdir, 'fig5-insert-throughput.png')
 
 
 
@@ -1006,10 +1003,7 @@ def plot_latency_cdfs(plt, summary, outdir, cnames):
         ax.set_xlabel('latency (ms)')
         ax.set_ylabel('fraction of queries')
         ax.set_title('Query latency CDF, %s windows (0.01%%)' % dist)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(outdir, 'latency-cdf-%s.png' % dist), dpi=110)
-        plt.close(fig)
+        save_figure(plt, fig, ax, outdir, 'latency-cdf-%s.png' % dist)
 
 
 # ---------------------------------------------------------------- main

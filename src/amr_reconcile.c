@@ -373,7 +373,8 @@ amr_reconcile(void)
 	AmrPoolHeader *hdr = s->header;
 	bool		history_reset = hdr->history_reset != 0;
 	XLogRecPtr	horizon = InvalidXLogRecPtr;
-	bool		after_crash = amr_shared->unclean_start || hdr->prune_horizon != 0;
+	/* every unclean start records a horizon (amr_note_unclean_start) */
+	bool		after_crash = hdr->prune_horizon != 0;
 	MemoryContext cxt;
 	MemoryContext old;
 

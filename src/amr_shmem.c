@@ -63,8 +63,6 @@ static char pool_error_detail[1024];
 static char pool_error_hint[512];
 static char pool_media[128];
 static int	shmem_startups = 0;
-static bool control_file_clean = true;
-static XLogRecPtr control_file_checkpoint = InvalidXLogRecPtr;
 static int	ssd_lock_fd = -1;	/* flock()ed for the postmaster's lifetime */
 
 /* SSD slot file (opened by the postmaster, inherited by every child) */
@@ -820,32 +818,39 @@ note_history_reset(void)
 	}
 }
 
+/*
+ * Postmaster, pool open: if this start follows a crash (the control file
+ * was not left "shut down", or the postmaster is restarting its children
+ * after one), record it in the pool so that the reconciliation prunes and
+ * empties unlogged trees, as PostgreSQL resets unlogged relations in the
+ * same case.  See amr_note_unclean_start.
+ */
+static void
+note_crash(bool children_crashed)
+{
+	bool		crc_ok = false;
+	ControlFileData *cf = get_controlfile(DataDir, &crc_ok);
+	bool		clean = crc_ok && (cf->state == DB_SHUTDOWNED ||
+								   cf->state == DB_SHUTDOWNED_IN_RECOVERY);
+
+	if (children_crashed || !clean)
+		amr_note_unclean_start(cf->checkPoint);
+	pfree(cf);
+}
+
 static void
 amr_shmem_request(void)
 {
 	AmrShmemLayout layout;
-	bool		crc_ok = false;
-	ControlFileData *cf;
 
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-
-	/*
-	 * Whether this start follows a crash decides whether unlogged trees are
-	 * emptied (PostgreSQL resets unlogged relations in the same case).
-	 */
-	cf = get_controlfile(DataDir, &crc_ok);
-	control_file_clean = crc_ok && (cf->state == DB_SHUTDOWNED ||
-									cf->state == DB_SHUTDOWNED_IN_RECOVERY);
-	control_file_checkpoint = cf->checkPoint;
-	pfree(cf);
 
 	pool_open_or_create();
 	if (pool_status == AMR_POOL_READY)
 	{
 		note_history_reset();
-		if (!control_file_clean)
-			amr_note_unclean_start(control_file_checkpoint);
+		note_crash(false);
 	}
 	compute_layout(&layout);
 	RequestAddinShmemSpace(layout.total);
@@ -899,15 +904,8 @@ amr_shmem_startup(void)
 		pg_atomic_init_u32(&amr_shared->wake_pending, 0);
 		amr_shared->worker_latch = NULL;
 		/* a restart of the postmaster's children is always a crash */
-		amr_shared->unclean_start = !control_file_clean || shmem_startups > 0;
 		if (shmem_startups > 0 && pool_status == AMR_POOL_READY)
-		{
-			bool		crc_ok;
-			ControlFileData *cf = get_controlfile(DataDir, &crc_ok);
-
-			amr_note_unclean_start(cf->checkPoint);
-			pfree(cf);
-		}
+			note_crash(true);
 		amr_shared->pool_id = pool_status == AMR_POOL_READY ? amr_store.header->pool_id : 0;
 
 		for (i = 0; i < AMR_MAX_TREES; i++)

@@ -84,7 +84,6 @@ typedef struct AmrSharedState
 								 * yet published; exclusive for a consistent
 								 * allocator check */
 	pg_atomic_uint32 attached;	/* reconciliation done since (re)start */
-	bool		unclean_start;	/* crash recovery preceded this start */
 	int			tree_tranche;
 	int			leaf_tranche;
 	uint64		pool_id;
