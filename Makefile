@@ -29,6 +29,7 @@ OBJS = \
 	src/amr_reconcile.o \
 	src/amr_scan.o \
 	src/amr_shmem.o \
+	src/amr_ssdcache.o \
 	src/amr_tier.o \
 	src/amr_vacuum.o \
 	src/amr_validate.o

@@ -94,6 +94,17 @@ LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION amrtree_migration_stats(regclass) IS
 'what the tier manager did to an amrtree index since the server started';
 
+CREATE FUNCTION amrtree_ssd_cache_stats(
+	OUT size_bytes bigint,
+	OUT hits bigint,
+	OUT misses bigint,
+	OUT fills bigint)
+RETURNS record
+AS 'MODULE_PATHNAME'
+LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
+COMMENT ON FUNCTION amrtree_ssd_cache_stats() IS
+'the DRAM cache of SSD leaf images (amrtree.ssd_cache_size): lookups it answered and missed, and images put in it, since the server started';
+
 CREATE FUNCTION amrtree_leaf_table(index regclass,
 	OUT leaf_id bigint,
 	OUT tier text,

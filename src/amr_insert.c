@@ -209,6 +209,7 @@ rewrite_with_entry(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls
 				__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
 				END_CRIT_SECTION();
 				amr_cache_refresh(leaf_id, img);
+				amr_ssd_cache_put(t, leaf_id, amr_lt_word(s, leaf_id), img);
 				amr_leaf_access(leaf_id, true);
 				if (r.tier_left == AMR_TIER_PMEM && AMR_WORD_TIER(old) == AMR_TIER_SSD)
 					__atomic_add_fetch(&t->write_promotions, 1, __ATOMIC_RELAXED);
@@ -285,6 +286,8 @@ split_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 					__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
 					END_CRIT_SECTION();
 					amr_cache_refresh(leaf_id, left);
+					amr_ssd_cache_put(t, leaf_id, amr_lt_word(s, leaf_id), left);
+					amr_ssd_cache_put(t, right->hdr.leaf_id, amr_lt_word(s, right->hdr.leaf_id), right);
 					amr_leaf_access(leaf_id, true);
 					done = true;
 				}

@@ -176,6 +176,16 @@ amr_ssd_read_images(Relation index, const uint32 *slots, AmrLeaf **bufs, int n)
 		ssd_io_error(index, "read", slots[0], rc);
 }
 
+/* The checksum, and bytes past the entries zeroed: they are written too. */
+static void
+seal_ssd_image(AmrLeaf *img)
+{
+	Assert(((uintptr_t) img % AMR_SLOT_SIZE) == 0);
+	memset((char *) img + amr_leaf_image_bytes(img), 0,
+		   AMR_SLOT_SIZE - amr_leaf_image_bytes(img));
+	amr_leaf_image_set_checksum(img);
+}
+
 /* Write a prepared image to a reserved slot and make it durable. */
 void
 amr_tier_write(Relation index, uint32 tier, uint32 slot, AmrLeaf *img)
@@ -198,17 +208,35 @@ amr_tier_write_ext(Relation index, uint32 tier, uint32 slot, AmrLeaf *img, bool 
 		amr_pmem_write_image(&amr_store, slot, img);
 		return;
 	}
-	Assert(((uintptr_t) img % AMR_SLOT_SIZE) == 0);
-	/* bytes past the entries are written too: keep them deterministic */
-	memset((char *) img + amr_leaf_image_bytes(img), 0,
-		   AMR_SLOT_SIZE - amr_leaf_image_bytes(img));
-	amr_leaf_image_set_checksum(img);
+	seal_ssd_image(img);
 	amr_ssd_io.method = (AmrIoMethod) amr_io_method_setting;
 	pgstat_report_wait_start(WAIT_EVENT_DATA_FILE_WRITE);
 	rc = amr_ssd_write_slot(&amr_ssd_io, slot, img, sync);
 	pgstat_report_wait_end();
 	if (rc < 0)
 		ssd_io_error(index, "write", slot, rc);
+}
+
+/*
+ * Write n images to reserved SSD slots with one submission, not synced:
+ * call amr_ssd_flush() before publishing any of them.
+ */
+void
+amr_ssd_write_images(Relation index, const uint32 *slots, AmrLeaf **imgs, int n)
+{
+	int			rc;
+	int			i;
+
+	if (n == 0)
+		return;
+	for (i = 0; i < n; i++)
+		seal_ssd_image(imgs[i]);
+	amr_ssd_io.method = (AmrIoMethod) amr_io_method_setting;
+	pgstat_report_wait_start(WAIT_EVENT_DATA_FILE_WRITE);
+	rc = amr_ssd_write_slots(&amr_ssd_io, slots, (void *const *) imgs, n);
+	pgstat_report_wait_end();
+	if (rc < 0)
+		ssd_io_error(index, "write", slots[0], rc);
 }
 
 void
@@ -244,10 +272,11 @@ amr_alloc_leaf_buffer(void)
  * receive the leaf's split links, read under the same lock as the word.
  *
  * PMEM images and DRAM copies are copied under the leaf lock in shared
- * mode.  SSD images are read without any lock held: they are immutable
- * while the word references them, so a word unchanged after the read proves
- * the copy good (versions only grow: no ABA); otherwise the leaf moved and
- * we read again.  Callers must not hold the leaf lock.
+ * mode.  SSD images come from the SSD cache if it holds the image the word
+ * names, else are read without any lock held: they are immutable while the
+ * word references them, so a word unchanged after the read proves the copy
+ * good (versions only grow: no ABA); otherwise the leaf moved and we read
+ * again.  Callers must not hold the leaf lock.
  */
 uint64
 amr_leaf_copy(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *buf,
@@ -298,10 +327,13 @@ amr_leaf_copy(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *buf,
 					(errcode(ERRCODE_DATA_CORRUPTED),
 					 errmsg("leaf %u of amrtree index \"%s\" has an invalid Leaf Table word %016llx",
 							leaf_id, amr_index_name(index, t), (unsigned long long) word)));
+		if (amr_ssd_cache_get(t, leaf_id, word, buf))
+			return word;
 		amr_ssd_read_images(index, &slot, &buf, 1);
 		if (amr_lt_word(s, leaf_id) != word)
 			continue;			/* moved or rewritten while we read: again */
 		amr_leaf_validate(index, t, leaf_id, word, buf, true);
+		amr_ssd_cache_put(t, leaf_id, word, buf);
 		return word;
 	}
 }

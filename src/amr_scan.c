@@ -245,7 +245,8 @@ entry_matches(AmrScanOpaque so, const AmrLeafEntry *e)
  * one submission, so that a scan touching several SSD leaves waits for the
  * device once rather than once per leaf.  Words are read without locks; a
  * prefetched image is used only if the word is unchanged when the scan gets
- * to the leaf (SSD images are immutable while referenced).
+ * to the leaf (SSD images are immutable while referenced).  Leaves the SSD
+ * cache holds are left out: they cost a copy, not a read.
  */
 static void
 prefetch_ssd(IndexScanDesc scan)
@@ -262,7 +263,7 @@ prefetch_ssd(IndexScanDesc scan)
 		uint64		word = amr_lt_word(s, id);
 
 		if (AMR_WORD_TIER(word) != AMR_TIER_SSD || s->leaves[id].cache_slot >= 0 ||
-			AMR_WORD_SLOT(word) >= s->ssd_nslots)
+			AMR_WORD_SLOT(word) >= s->ssd_nslots || amr_ssd_cache_holds(id, word))
 			continue;
 		so->pf_ids[n] = id;
 		so->pf_words[n] = word;
@@ -342,6 +343,7 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 		if (pf != NULL)
 		{
 			amr_leaf_validate(scan->indexRelation, t, leaf_id, word, pf, true);
+			amr_ssd_cache_put(t, leaf_id, word, pf);
 			img = pf;
 		}
 		else if (amr_leaf_copy(scan->indexRelation, t, leaf_id, img, NULL, NULL) == 0)

@@ -86,6 +86,8 @@ typedef struct AmrShmemLayout
 	Size		off_cache_bitmap;
 	Size		off_cache;
 	uint32		ncache;
+	Size		off_ssd_cache;
+	uint32		nssd_cache;
 } AmrShmemLayout;
 
 static void
@@ -767,6 +769,12 @@ compute_layout(AmrShmemLayout *l)
 	l->off_cache = off;
 	off += (Size) l->ncache * AMR_SLOT_SIZE;
 
+	/* clean copies of SSD leaf images (amr_ssdcache.c), 4 KiB aligned */
+	l->nssd_cache = pool_status == AMR_POOL_READY && ssd_nslots > 0 ?
+		amr_ssd_cache_nslots() : 0;
+	l->off_ssd_cache = off;
+	off += amr_ssd_cache_shmem_size(l->nssd_cache);
+
 	/* inner nodes: amrtree.dram_size */
 	node_bytes = pool_status == AMR_POOL_READY ? (Size) amr_dram_size_kb * 1024 : 0;
 	l->nnodes = (uint32) Min(node_bytes / sizeof(AmrInnerNode), (Size) UINT32_MAX - 1);
@@ -883,6 +891,7 @@ amr_shmem_startup(void)
 	amr_leaf_cache_used = (AmrBitmap *) (base + layout.off_cache_bitmap);
 	amr_leaf_cache = (AmrLeaf *) (base + layout.off_cache);
 	amr_leaf_cache_n = layout.ncache;
+	amr_ssd_cache_attach(base + layout.off_ssd_cache, layout.nssd_cache, !found);
 	amr_store.leaf_ids_used = (AmrBitmap *) (base + layout.off_ids_bitmap);
 	amr_store.nodes_used = (AmrBitmap *) (base + layout.off_nodes_bitmap);
 	amr_store.nodes = (AmrInnerNode *) (base + layout.off_nodes);

@@ -134,10 +134,11 @@ typedef struct Migration
 
 /*
  * Copy -> write the leaf's image to a new slot on tier "to" (paper
- * Algorithms 3 and 4), with no lock held.  SSD writes are not synced here:
- * the caller syncs a whole batch once.  Caller holds the publish lock in
- * shared mode (the slot is reserved but not yet published).  Returns false
- * if there is nothing to do or the target tier is full.
+ * Algorithms 3 and 4), with no lock held.  SSD images are only copied
+ * here: the caller writes the whole batch with one submission and syncs it
+ * once.  Caller holds the publish lock in shared mode (the slot is reserved
+ * but not yet published).  Returns false if there is nothing to do or the
+ * target tier is full.
  */
 static bool
 migrate_prepare(AmrTree *t, Migration *m, uint32 to)
@@ -164,7 +165,8 @@ migrate_prepare(AmrTree *t, Migration *m, uint32 to)
 	PG_TRY();
 	{
 		AMR_FAULT_POINT(to == AMR_TIER_PMEM ? "promote:before_copy" : "demote:before_copy");
-		amr_tier_write_ext(NULL, to, (uint32) m->slot, m->img, false);
+		if (to == AMR_TIER_PMEM)
+			amr_tier_write(NULL, to, (uint32) m->slot, m->img);
 	}
 	PG_CATCH();
 	{
@@ -214,6 +216,9 @@ migrate_commit(AmrTree *t, Migration *m, uint32 to)
 			END_CRIT_SECTION();
 			/* a DRAM copy (R6) follows: it is the same image, new version */
 			amr_cache_refresh(m->leaf_id, m->img);
+			/* a demoted leaf is often written again soon: keep a copy */
+			if (to == AMR_TIER_SSD)
+				amr_ssd_cache_put(t, m->leaf_id, amr_lt_word(s, m->leaf_id), m->img);
 			moved = true;
 		}
 	}
@@ -227,9 +232,9 @@ migrate_commit(AmrTree *t, Migration *m, uint32 to)
 #define MIGRATION_BATCH 32
 
 /*
- * Move a batch of leaves to tier "to": copy and write them all, make the
- * writes durable with one sync (SSD), then switch each.  Returns which
- * moved in moved[].
+ * Move a batch of leaves to tier "to": copy and write them all (SSD: with
+ * one submission), make the writes durable with one sync (SSD), then switch
+ * each.  Returns which moved in moved[].
  */
 static void
 migrate_batch(AmrTree *t, const uint32 *ids, int n, uint32 to, Migration *m,
@@ -240,15 +245,28 @@ migrate_batch(AmrTree *t, const uint32 *ids, int n, uint32 to, Migration *m,
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
 	PG_TRY();
 	{
+		uint32		slots[MIGRATION_BATCH];
+		AmrLeaf    *imgs[MIGRATION_BATCH];
+		int			nwrites = 0;
+
+		Assert(n <= MIGRATION_BATCH);
 		for (i = 0; i < n; i++)
 		{
 			m[i].leaf_id = ids[i];
 			moved[i] = false;
 			CHECK_FOR_INTERRUPTS();
-			(void) migrate_prepare(t, &m[i], to);
+			if (migrate_prepare(t, &m[i], to) && to == AMR_TIER_SSD)
+			{
+				slots[nwrites] = (uint32) m[i].slot;
+				imgs[nwrites] = m[i].img;
+				nwrites++;
+			}
 		}
-		if (to == AMR_TIER_SSD)
+		if (nwrites > 0)
+		{
+			amr_ssd_write_images(NULL, slots, imgs, nwrites);
 			amr_ssd_flush(NULL);
+		}
 		AMR_FAULT_POINT(to == AMR_TIER_PMEM ? "promote:after_copy_persisted" : "demote:after_copy_persisted");
 		for (i = 0; i < n; i++)
 			if (m[i].slot >= 0)

@@ -38,6 +38,7 @@ double		amr_demote_threshold = 0.5;
 double		amr_update_ratio_threshold = 0.5;
 double		amr_smo_threshold = 3.0;
 int			amr_dram_leaf_cache_kb = 4096;
+int			amr_ssd_cache_kb = 65536;
 int			amr_budget_on_insert = AMR_BUDGET_INSERT_DEFER;
 int			amr_wal_rmgr_id = RM_EXPERIMENTAL_ID;
 bool		amr_preloaded = false;
@@ -200,6 +201,17 @@ define_gucs(void)
 							NULL,
 							&amr_dram_leaf_cache_kb,
 							4096, 0, INT_MAX / 2,
+							PGC_POSTMASTER,
+							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("amrtree.ssd_cache_size",
+							"Shared memory for clean copies of leaves on the SSD tier.",
+							"The SSD tier is read with O_DIRECT, bypassing the kernel's "
+							"page cache; this cache keeps recently read and recently "
+							"demoted SSD leaves so that they are not read back from "
+							"the device.  0 disables it.",
+							&amr_ssd_cache_kb,
+							65536, 0, INT_MAX / 2,
 							PGC_POSTMASTER,
 							GUC_UNIT_KB,
 							NULL, NULL, NULL);

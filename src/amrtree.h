@@ -46,6 +46,7 @@ extern double amr_demote_threshold;
 extern double amr_update_ratio_threshold;
 extern double amr_smo_threshold;
 extern int	amr_dram_leaf_cache_kb;
+extern int	amr_ssd_cache_kb;
 extern int	amr_budget_on_insert;
 extern int	amr_wal_rmgr_id;
 
@@ -102,6 +103,16 @@ extern AmrSsdIo amr_ssd_io;		/* process-local; descriptor from the postmaster */
 extern AmrBitmap *amr_leaf_cache_used;	/* DRAM copies of leaves (rule R6) */
 extern AmrLeaf *amr_leaf_cache;
 extern uint32 amr_leaf_cache_n;
+
+/* ---- clean DRAM copies of SSD leaf images (amr_ssdcache.c) ---- */
+extern uint32 amr_ssd_cache_nslots(void);
+extern Size amr_ssd_cache_shmem_size(uint32 nslots);
+extern void amr_ssd_cache_attach(char *base, uint32 nslots, bool init);
+extern bool amr_ssd_cache_get(const AmrTree *t, uint32 leaf_id, uint64 word,
+							  AmrLeaf *buf);
+extern bool amr_ssd_cache_holds(uint32 leaf_id, uint64 word);
+extern void amr_ssd_cache_put(const AmrTree *t, uint32 leaf_id, uint64 word,
+							  const AmrLeaf *img);
 
 extern void amr_shmem_init_hooks(void);
 extern const char *amr_pool_path_display(void);
@@ -181,6 +192,8 @@ extern void amr_ssd_read_images(Relation index, const uint32 *slots,
 extern void amr_tier_write(Relation index, uint32 tier, uint32 slot, AmrLeaf *img);
 extern void amr_tier_write_ext(Relation index, uint32 tier, uint32 slot,
 							   AmrLeaf *img, bool sync);
+extern void amr_ssd_write_images(Relation index, const uint32 *slots, AmrLeaf **imgs,
+								 int n);
 extern void amr_ssd_flush(Relation index);
 extern AmrLeaf *amr_alloc_leaf_buffer(void);
 extern uint64 amr_budget_leaves(const AmrTree *t, uint64 extra_leaves);

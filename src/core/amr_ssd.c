@@ -106,8 +106,14 @@ pwrite_full(int fd, const void *buf, uint64_t off)
 	return 0;
 }
 
-int
-amr_ssd_read_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n)
+/*
+ * n reads or writes of whole slots: with io_uring, up to the ring's depth
+ * submitted at once and then reaped, so that a batch costs one submission
+ * and one wait rather than n of each.
+ */
+static int
+transfer_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n,
+			   bool write)
 {
 	struct io_uring *ring;
 	int			first_error = 0;
@@ -117,7 +123,9 @@ amr_ssd_read_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n
 	{
 		for (i = 0; i < n; i++)
 		{
-			int			rc = pread_full(io->fd, bufs[i], amr_ssd_offset(slots[i]));
+			uint64_t	off = amr_ssd_offset(slots[i]);
+			int			rc = write ? pwrite_full(io->fd, bufs[i], off) :
+				pread_full(io->fd, bufs[i], off);
 
 			if (rc < 0)
 				return rc;
@@ -139,8 +147,12 @@ amr_ssd_read_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n
 		{
 			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 
-			io_uring_prep_read(sqe, io->fd, bufs[i + j], AMR_SLOT_SIZE,
-							   amr_ssd_offset(slots[i + j]));
+			if (write)
+				io_uring_prep_write(sqe, io->fd, bufs[i + j], AMR_SLOT_SIZE,
+									amr_ssd_offset(slots[i + j]));
+			else
+				io_uring_prep_read(sqe, io->fd, bufs[i + j], AMR_SLOT_SIZE,
+								   amr_ssd_offset(slots[i + j]));
 			io_uring_sqe_set_data(sqe, (void *) (uintptr_t) (i + j));
 		}
 		do
@@ -165,7 +177,10 @@ amr_ssd_read_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n
 			if (res == -EAGAIN || res == -EINTR || (res >= 0 && res < AMR_SLOT_SIZE))
 			{
 				/* rare: retry this one synchronously */
-				res = pread_full(io->fd, bufs[k], amr_ssd_offset(slots[k]));
+				uint64_t	off = amr_ssd_offset(slots[k]);
+
+				res = write ? pwrite_full(io->fd, bufs[k], off) :
+					pread_full(io->fd, bufs[k], off);
 				if (res == 0)
 					res = AMR_SLOT_SIZE;
 			}
@@ -174,6 +189,18 @@ amr_ssd_read_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n
 		}
 	}
 	return first_error;
+}
+
+int
+amr_ssd_read_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n)
+{
+	return transfer_slots(io, slots, bufs, n, false);
+}
+
+int
+amr_ssd_write_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n)
+{
+	return transfer_slots(io, slots, bufs, n, true);
 }
 
 int

@@ -77,6 +77,14 @@ extern int	amr_ssd_read_slots(AmrSsdIo *io, const uint32_t *slots, void *const *
 							   int n);
 
 /*
+ * Write n slots from n 4 KiB-aligned buffers, all submitted before waiting
+ * for any (as amr_ssd_read_slots), without syncing: call amr_ssd_sync()
+ * before anything may depend on them.  Returns 0 or -errno.
+ */
+extern int	amr_ssd_write_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs,
+								int n);
+
+/*
  * Write one slot from a 4 KiB-aligned buffer; with "sync", make it durable
  * according to io->sync (with io_uring, a linked fdatasync).  Returns 0 or
  * -errno.

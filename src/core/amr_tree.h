@@ -65,6 +65,8 @@ typedef struct AmrLeafVolatile
 	uint32_t	writes_pending;
 	uint32_t	splits_pending;
 	int32_t		cache_slot;		/* DRAM copy (rule R6), or -1 */
+	uint32_t	ssd_cache_hint; /* SSD cache slot + 1 that last held a
+								 * copy, 0 if none (amr_ssdcache.c) */
 	/* decayed scores, maintained by the tier manager (paper 3.5) */
 	float		hotness;		/* all accesses */
 	float		update_hot;		/* writes: appends, rewrites (R3) */
