@@ -229,7 +229,7 @@ migrate_commit(AmrTree *t, Migration *m, uint32 to)
 	return moved;
 }
 
-#define MIGRATION_BATCH 32
+#define MIGRATION_BATCH 256
 
 /*
  * Move a batch of leaves to tier "to": copy and write them all (SSD: with
