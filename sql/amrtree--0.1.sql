@@ -104,6 +104,8 @@ AS 'MODULE_PATHNAME'
 LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION amrtree_ssd_cache_stats() IS
 'the DRAM cache of SSD leaf images (amrtree.ssd_cache_size): lookups it answered and missed, and images put in it, since the server started';
+REVOKE ALL ON FUNCTION amrtree_ssd_cache_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION amrtree_ssd_cache_stats() TO pg_monitor;
 
 CREATE FUNCTION amrtree_leaf_table(index regclass,
 	OUT leaf_id bigint,

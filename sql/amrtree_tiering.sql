@@ -53,6 +53,9 @@ SELECT count(*) FROM (SELECT id FROM tt WHERE b && box '((10,10),(60,60))') s;
 RESET enable_bitmapscan;
 RESET enable_seqscan;
 SELECT count(*) FROM tt WHERE b && box '((10,10),(60,60))';
+-- demoted leaves went into the SSD cache, and the scans above looked there
+SELECT size_bytes > 0 AS has_cache, fills > 0 AS filled, hits > 0 AS answered
+FROM amrtree_ssd_cache_stats();
 
 -- the budget can change; so can tiering
 ALTER INDEX tt_b SET (pmem_budget = '60%');

@@ -910,8 +910,6 @@ amr_shmem_startup(void)
 		LWLockInitialize(&amr_shared->publish_lock, amr_shared->tree_tranche);
 		pg_atomic_init_u32(&amr_shared->attached, 0);
 		pg_atomic_init_u64(&amr_shared->rebuilds, 0);
-		pg_atomic_init_u32(&amr_shared->wake_pending, 0);
-		amr_shared->worker_latch = NULL;
 		/* a restart of the postmaster's children is always a crash */
 		if (shmem_startups > 0 && pool_status == AMR_POOL_READY)
 			note_crash(true);

@@ -530,23 +530,6 @@ cycle_all(void)
 	}
 }
 
-/* An insert exceeded its index's budget: get the tier manager going now. */
-void
-amr_wake_tier_manager(void)
-{
-	Latch	   *latch = amr_shared ? amr_shared->worker_latch : NULL;
-
-	if (latch != NULL && pg_atomic_exchange_u32(&amr_shared->wake_pending, 1) == 0)
-		SetLatch(latch);
-}
-
-static void
-forget_worker_latch(int code, Datum arg)
-{
-	if (amr_shared)
-		amr_shared->worker_latch = NULL;
-}
-
 void
 amr_tier_worker_main(Datum arg)
 {
@@ -555,8 +538,6 @@ amr_tier_worker_main(Datum arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-	before_shmem_exit(forget_worker_latch, (Datum) 0);
-	amr_shared->worker_latch = MyLatch;
 
 	/*
 	 * No database: trees are keyed by storage identity and need no catalog.
@@ -582,7 +563,6 @@ amr_tier_worker_main(Datum arg)
 		}
 		if (!amr_is_ready())
 			continue;
-		pg_atomic_write_u32(&amr_shared->wake_pending, 0);
 
 		/*
 		 * An ERROR (an unreadable SSD slot, say) ends this cycle, not the

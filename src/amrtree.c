@@ -218,8 +218,7 @@ define_gucs(void)
 	DefineCustomEnumVariable("amrtree.budget_on_insert",
 							 "How inserts respect an index's PMEM budget.",
 							 "defer (default): new leaf images always go to PMEM and "
-							 "an insert that exceeds the budget wakes the tier "
-							 "manager, which demotes the coldest leaves at once; "
+							 "the tier manager restores the budget at its next scan; "
 							 "strict: while over budget, new leaves are written to "
 							 "SSD synchronously (a hard cap, at the price of an SSD "
 							 "write and sync inside the insert).",

@@ -90,9 +90,6 @@ typedef struct AmrSharedState
 	uint64		pool_id;
 	/* counters for amrtree_index_stats / monitoring */
 	pg_atomic_uint64 rebuilds;
-	/* the tier manager's latch, to wake it when an index exceeds its budget */
-	Latch	   *worker_latch;
-	pg_atomic_uint32 wake_pending;
 } AmrSharedState;
 
 extern AmrSharedState *amr_shared;
@@ -214,7 +211,6 @@ extern void amr_tier_lock(AmrTree *t);
 extern void amr_tier_unlock(void);
 extern uint64 amr_tier_cycle_tree(AmrTree *t);
 extern void amr_register_worker(void);
-extern void amr_wake_tier_manager(void);
 
 /* open an amrtree index for an inspection function, checking SELECT on its table */
 extern Relation amr_open_index_for_inspection(Oid indexoid, LOCKMODE lockmode);
