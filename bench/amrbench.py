@@ -353,7 +353,8 @@ class Results:
 
 
 def save_figure(plt, fig, ax, outdir, name):
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
     fig.tight_layout()
     fig.savefig(os.path.join(outdir, name), dpi=110)
     plt.close(fig)
@@ -669,11 +670,16 @@ def cmd_budget_sweep(args):
     print_machine(info)
     log('budget sweep: rows %s, clients %s, %d repetition(s), budgets %s%s'
         % (sizes, clients_list, reps, [c[0] for c in CONFIGS], ' (quick)' if quick else ''))
+    extra = ''
+    if args.ssd_cache_size is not None:
+        extra = "amrtree.ssd_cache_size = '%s'\n" % args.ssd_cache_size
+        log('amrtree.ssd_cache_size = %s' % args.ssd_cache_size)
     maxrows = max(sizes)
     pool_mb = max(256, int(maxrows * ENTRY_BYTES * 3 / 1048576) * 2 + 256)
-    cl = Cluster(args.workdir, 'sweep', pool_mb, pool_mb)
+    cl = Cluster(args.workdir, 'sweep', pool_mb, pool_mb, extra_conf=extra)
     logdir = os.path.join(cl.dir, 'pgbench-logs')
     summary = {'machine': info, 'sizes': sizes, 'clients': clients_list, 'reps': reps,
+               'ssd_cache_size': args.ssd_cache_size or 'default',
                'runs': [], 'latency': {}, 'promotion': {}, 'sensitivity': []}
     ins = os.path.join(SCRIPTS, 'insert_batch.sql')
     try:
@@ -993,6 +999,8 @@ def plot_sweep_inserts(plt, summary, outdir, cnames):
 
 
 def plot_latency_cdfs(plt, summary, outdir, cnames):
+    if not summary['latency']:
+        return                  # the latency part did not run
     for dist in ('uniform', 'skewed'):
         fig, ax = plt.subplots(figsize=(7, 4))
         for c in cnames:
@@ -1032,6 +1040,8 @@ def main():
     s.add_argument('--seconds', type=int, help='seconds per query run')
     s.add_argument('--parts', default='inserts,latency,promotion,sensitivity',
                    help='comma-separated subset of inserts,latency,promotion,sensitivity')
+    s.add_argument('--ssd-cache-size', help="amrtree.ssd_cache_size for the run (e.g. '0' "
+                   "to measure the SSD tier without its DRAM cache); default: the GUC's default")
     args = p.parse_args()
     try:
         if args.cmd == 'compare':

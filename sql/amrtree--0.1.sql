@@ -97,13 +97,13 @@ COMMENT ON FUNCTION amrtree_migration_stats(regclass) IS
 CREATE FUNCTION amrtree_ssd_cache_stats(
 	OUT size_bytes bigint,
 	OUT hits bigint,
-	OUT misses bigint,
+	OUT device_reads bigint,
 	OUT fills bigint)
 RETURNS record
 AS 'MODULE_PATHNAME'
 LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION amrtree_ssd_cache_stats() IS
-'the DRAM cache of SSD leaf images (amrtree.ssd_cache_size): lookups it answered and missed, and images put in it, since the server started';
+'the DRAM cache of SSD leaf images (amrtree.ssd_cache_size): images it supplied, images read from the slot file, and images put in it, since the server started';
 REVOKE ALL ON FUNCTION amrtree_ssd_cache_stats() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION amrtree_ssd_cache_stats() TO pg_monitor;
 

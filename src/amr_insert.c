@@ -287,7 +287,8 @@ split_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 					END_CRIT_SECTION();
 					amr_cache_refresh(leaf_id, left);
 					amr_ssd_cache_put(t, leaf_id, amr_lt_word(s, leaf_id), left);
-					amr_ssd_cache_put(t, right->hdr.leaf_id, amr_lt_word(s, right->hdr.leaf_id), right);
+					amr_ssd_cache_put(t, right->hdr.leaf_id,
+									  amr_lt_word(s, right->hdr.leaf_id), right);
 					amr_leaf_access(leaf_id, true);
 					done = true;
 				}

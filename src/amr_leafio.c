@@ -172,6 +172,7 @@ amr_ssd_read_images(Relation index, const uint32 *slots, AmrLeaf **bufs, int n)
 	pgstat_report_wait_start(WAIT_EVENT_DATA_FILE_READ);
 	rc = amr_ssd_read_slots(&amr_ssd_io, slots, (void *const *) bufs, n);
 	pgstat_report_wait_end();
+	amr_ssd_cache_count_device_reads(n);
 	if (rc < 0)
 		ssd_io_error(index, "read", slots[0], rc);
 }

@@ -379,11 +379,16 @@ next_batch(IndexScanDesc scan)
 		if (so->cand_pos >= so->cand.n)
 			return false;
 		CHECK_FOR_INTERRUPTS();
-		if (amr_store.ssd_used != NULL &&
-			AMR_WORD_TIER(amr_lt_word(&amr_store, so->cand.ids[so->cand_pos])) == AMR_TIER_SSD &&
-			prefetched(so, so->cand.ids[so->cand_pos],
-					   amr_lt_word(&amr_store, so->cand.ids[so->cand_pos])) == NULL)
-			prefetch_ssd(scan);
+		if (amr_store.ssd_used != NULL)
+		{
+			uint32		id = so->cand.ids[so->cand_pos];
+			uint64		word = amr_lt_word(&amr_store, id);
+
+			/* the next leaf must come from the device: read ahead with it */
+			if (AMR_WORD_TIER(word) == AMR_TIER_SSD &&
+				prefetched(so, id, word) == NULL && !amr_ssd_cache_holds(id, word))
+				prefetch_ssd(scan);
+		}
 		load_leaf(scan, so->cand.ids[so->cand_pos++]);
 		if (so->nitems > 0)
 			return true;

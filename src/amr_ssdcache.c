@@ -48,9 +48,9 @@ typedef struct AmrSsdCacheControl
 {
 	pg_atomic_uint32 hand;		/* clock hand (modulo nslots) */
 	uint32		nslots;
-	pg_atomic_uint64 hits;
-	pg_atomic_uint64 misses;
-	pg_atomic_uint64 fills;
+	pg_atomic_uint64 hits;		/* images copied from the cache */
+	pg_atomic_uint64 device_reads;	/* images read from the slot file */
+	pg_atomic_uint64 fills;		/* images put in the cache */
 } AmrSsdCacheControl;
 
 static AmrSsdCacheControl *cache_ctl = NULL;
@@ -92,7 +92,7 @@ amr_ssd_cache_attach(char *base, uint32 nslots, bool init)
 	cache_ctl->nslots = nslots;
 	pg_atomic_init_u32(&cache_ctl->hand, 0);
 	pg_atomic_init_u64(&cache_ctl->hits, 0);
-	pg_atomic_init_u64(&cache_ctl->misses, 0);
+	pg_atomic_init_u64(&cache_ctl->device_reads, 0);
 	pg_atomic_init_u64(&cache_ctl->fills, 0);
 	for (i = 0; i < nslots; i++)
 	{
@@ -128,27 +128,31 @@ amr_ssd_cache_get(const AmrTree *t, uint32 leaf_id, uint64 word, AmrLeaf *buf)
 		return false;
 	hint = __atomic_load_n(&v->ssd_cache_hint, __ATOMIC_RELAXED);
 	if (hint == 0 || hint > cache_ctl->nslots)
-		goto miss;
+		return false;
 	cs = &cache_slots[hint - 1];
 	seq = pg_atomic_read_u32(&cs->seq);
 	if (seq & 1)
-		goto miss;
+		return false;
 	pg_read_barrier();
 	if (cs->leaf_id != leaf_id || cs->word != word ||
 		cs->tree_no != t->tree_no || cs->generation != t->generation)
-		goto miss;
+		return false;
 	memcpy(buf, cache_images + (Size) (hint - 1) * AMR_SLOT_SIZE, AMR_SLOT_SIZE);
 	pg_read_barrier();
 	if (pg_atomic_read_u32(&cs->seq) != seq)
-		goto miss;				/* refilled while we copied */
+		return false;			/* refilled while we copied */
 	if (pg_atomic_read_u32(&cs->referenced) == 0)
 		pg_atomic_write_u32(&cs->referenced, 1);
 	pg_atomic_fetch_add_u64(&cache_ctl->hits, 1);
 	return true;
+}
 
-miss:
-	pg_atomic_fetch_add_u64(&cache_ctl->misses, 1);
-	return false;
+/* n leaf images were read from the slot file (for the statistics). */
+void
+amr_ssd_cache_count_device_reads(int n)
+{
+	if (cache_ctl != NULL)
+		pg_atomic_fetch_add_u64(&cache_ctl->device_reads, (uint64) n);
 }
 
 /*
@@ -250,7 +254,7 @@ amrtree_ssd_cache_stats(PG_FUNCTION_ARGS)
 	amr_require_ready();
 	values[0] = Int64GetDatum(cache_ctl ? (int64) cache_ctl->nslots * AMR_SLOT_SIZE : 0);
 	values[1] = Int64GetDatum(cache_ctl ? (int64) pg_atomic_read_u64(&cache_ctl->hits) : 0);
-	values[2] = Int64GetDatum(cache_ctl ? (int64) pg_atomic_read_u64(&cache_ctl->misses) : 0);
+	values[2] = Int64GetDatum(cache_ctl ? (int64) pg_atomic_read_u64(&cache_ctl->device_reads) : 0);
 	values[3] = Int64GetDatum(cache_ctl ? (int64) pg_atomic_read_u64(&cache_ctl->fills) : 0);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

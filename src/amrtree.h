@@ -108,6 +108,7 @@ extern void amr_ssd_cache_attach(char *base, uint32 nslots, bool init);
 extern bool amr_ssd_cache_get(const AmrTree *t, uint32 leaf_id, uint64 word,
 							  AmrLeaf *buf);
 extern bool amr_ssd_cache_holds(uint32 leaf_id, uint64 word);
+extern void amr_ssd_cache_count_device_reads(int n);
 extern void amr_ssd_cache_put(const AmrTree *t, uint32 leaf_id, uint64 word,
 							  const AmrLeaf *img);
 

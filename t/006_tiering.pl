@@ -10,8 +10,11 @@ use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
 use AmrTree;
 
 my $rows = $ENV{AMR_SWEEP_ROWS} || 100000;
+# An SSD cache of 32 leaves, far smaller than the SSD tier: its copies are
+# evicted and refilled all the time, so every parity check below also checks
+# that a recycled copy is never taken for the leaf it no longer holds.
 my $node = amr_node('tiering', pmem_size => '512MB',
-	conf => "amrtree.ssd_size = 512MB\n");
+	conf => "amrtree.ssd_size = 512MB\namrtree.ssd_cache_size = 128kB\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION amrtree');
 
@@ -104,6 +107,13 @@ SELECT (SELECT bytes FROM amrtree_tier_stats('t_${name}_b') WHERE tier = 'pmem')
 	is($m, 0, "$name: index agrees with a sequential scan after settling ($r rows)");
 	is($node->safe_psql('postgres', "SELECT amrtree_check('t_${name}_b')"), 't', "$name: amrtree_check");
 }
+
+# the small SSD cache was busy: many more copies went in than it holds
+my ($cache_slots, $hits, $fills) = split /\|/, $node->safe_psql('postgres',
+	'SELECT size_bytes / 4096, hits, fills FROM amrtree_ssd_cache_stats()');
+is($cache_slots, 32, 'amrtree.ssd_cache_size = 128kB gives 32 cached leaves');
+cmp_ok($fills, '>', 10 * $cache_slots, "the SSD cache recycled its slots ($fills fills)");
+cmp_ok($hits, '>', 0, "and answered lookups ($hits hits)");
 
 # the tier manager is a visible background worker
 like($node->safe_psql('postgres',
