@@ -239,7 +239,7 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 	 * row whose entry is gone.  See docs/design.md, "Removing entries".
 	 */
 	if (RelationNeedsWAL(index))
-		XLogFlush(GetXLogInsertRecPtr());
+		XLogFlush(amr_insert_lsn());
 
 	collect_all_leaves(t, &list, &start_nsn);
 	for (pos = 0; pos < list.n; pos++)

@@ -13,6 +13,7 @@
 #include "access/reloptions.h"
 #include "access/rmgr.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "commands/vacuum.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -429,8 +430,24 @@ amr_box_from_datum(Relation index, Datum d, AmrBox *out)
 						 "a NaN box has no position to index.")));
 }
 
+/*
+ * The end of the WAL inserted so far.  GetXLogInsertRecPtr() names where
+ * the next record's data would go, which on a fresh page is past the page
+ * header: a position no record has reached yet.  XLogFlush() of it fails
+ * ("xlog flush request ... is not satisfied") when nothing follows, and as
+ * an entry's insert_lsn it would lie beyond a recovery that ended exactly
+ * at the page boundary, pruning an entry whose row survived.  So step back
+ * over the header: every record inserted so far ends at or before that.
+ */
 XLogRecPtr
 amr_insert_lsn(void)
 {
-	return GetXLogInsertRecPtr();
+	XLogRecPtr	pos = GetXLogInsertRecPtr();
+	uint32		in_page = (uint32) (pos % XLOG_BLCKSZ);
+
+	if (XLogSegmentOffset(pos, wal_segment_size) == SizeOfXLogLongPHD)
+		return pos - SizeOfXLogLongPHD;
+	if (in_page == SizeOfXLogShortPHD)
+		return pos - SizeOfXLogShortPHD;
+	return pos;
 }

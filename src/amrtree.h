@@ -258,7 +258,7 @@ extern bytea *amroptions(Datum reloptions, bool validate);
  */
 extern void amr_box_from_datum(Relation index, Datum d, AmrBox *out);
 
-/* current WAL insert position, recorded in every entry (DESIGN 5) */
+/* end of the WAL inserted so far, recorded in every entry (DESIGN 5) */
 extern XLogRecPtr amr_insert_lsn(void);
 
 /* ---- crash points for tests (amr_fault.c) ---- */
