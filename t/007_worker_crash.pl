@@ -12,7 +12,14 @@ use Time::HiRes qw(usleep);
 use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
 use AmrTree;
 
-my $node = amr_node('crash', conf => "restart_after_crash = on\namrtree.scan_interval = 50ms\n");
+# io_method = sync and ssd_sync = dsync: the tier manager then writes a
+# wave of demotions one durable slot at a time (about half a second for
+# this index) instead of 256 per io_uring submission and one sync (a few
+# tens of ms), so that the kills below land inside waves; it also puts the
+# plain pread/pwrite path and O_DSYNC through crashes.
+my $node = amr_node('crash',
+	conf => "restart_after_crash = on\namrtree.scan_interval = 50ms\n"
+	  . "amrtree.io_method = sync\namrtree.ssd_sync = dsync\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION amrtree');
 amr_load_porto($node, 'trips', 120000, 5);
@@ -52,7 +59,20 @@ for my $round (1 .. $rounds)
 	my $on_pmem_before = $node->safe_psql('postgres',
 		"SELECT leaves FROM amrtree_tier_stats('trips_b') WHERE tier = 'pmem'");
 	$target = $budget eq '5%' ? int(0.05 * $leaves) : int(0.95 * $leaves);
-	usleep(1000 * $delays_ms[$round - 1]);
+	if ($budget eq '5%')
+	{
+		# demotions commit in batches: kill as soon as the first one shows
+		for (1 .. 500)
+		{
+			last if $node->safe_psql('postgres',
+				"SELECT leaves FROM amrtree_tier_stats('trips_b') WHERE tier = 'pmem'") != $on_pmem_before;
+			usleep(1000);
+		}
+	}
+	else
+	{
+		usleep(1000 * $delays_ms[$round - 1]);
+	}
 	kill 'KILL', $pid;
 	$node->poll_query_until('postgres', 'SELECT true') or die 'server did not come back';
 
