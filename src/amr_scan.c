@@ -241,6 +241,18 @@ entry_matches(AmrScanOpaque so, const AmrLeafEntry *e)
 }
 
 /*
+ * Does reading this leaf take a device read?  Not if it is on PMEM, held in
+ * DRAM by rule R6, or in the SSD cache.
+ */
+static bool
+needs_device_read(uint32 leaf_id, uint64 word)
+{
+	return AMR_WORD_TIER(word) == AMR_TIER_SSD &&
+		amr_store.leaves[leaf_id].cache_slot < 0 &&
+		!amr_ssd_cache_holds(leaf_id, word);
+}
+
+/*
  * Read ahead the SSD-resident leaves among the next candidates, all with
  * one submission, so that a scan touching several SSD leaves waits for the
  * device once rather than once per leaf.  Words are read without locks; a
@@ -262,8 +274,7 @@ prefetch_ssd(IndexScanDesc scan)
 		uint32		id = so->cand.ids[i];
 		uint64		word = amr_lt_word(s, id);
 
-		if (AMR_WORD_TIER(word) != AMR_TIER_SSD || s->leaves[id].cache_slot >= 0 ||
-			AMR_WORD_SLOT(word) >= s->ssd_nslots || amr_ssd_cache_holds(id, word))
+		if (!needs_device_read(id, word) || AMR_WORD_SLOT(word) >= s->ssd_nslots)
 			continue;
 		so->pf_ids[n] = id;
 		so->pf_words[n] = word;
@@ -385,8 +396,7 @@ next_batch(IndexScanDesc scan)
 			uint64		word = amr_lt_word(&amr_store, id);
 
 			/* the next leaf must come from the device: read ahead with it */
-			if (AMR_WORD_TIER(word) == AMR_TIER_SSD &&
-				prefetched(so, id, word) == NULL && !amr_ssd_cache_holds(id, word))
+			if (needs_device_read(id, word) && prefetched(so, id, word) == NULL)
 				prefetch_ssd(scan);
 		}
 		load_leaf(scan, so->cand.ids[so->cand_pos++]);
