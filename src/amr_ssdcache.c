@@ -111,6 +111,21 @@ cache_enabled(void)
 	return cache_ctl != NULL && cache_ctl->nslots > 0;
 }
 
+/* The slot the leaf's hint names, or NULL (no cache, no hint). */
+static inline AmrSsdCacheSlot *
+hinted_slot(uint32 leaf_id, uint32 *slot_no)
+{
+	uint32		hint;
+
+	if (!cache_enabled())
+		return NULL;
+	hint = __atomic_load_n(&amr_store.leaves[leaf_id].ssd_cache_hint, __ATOMIC_RELAXED);
+	if (hint == 0 || hint > cache_ctl->nslots)
+		return NULL;
+	*slot_no = hint - 1;
+	return &cache_slots[hint - 1];
+}
+
 /*
  * Copy the image that "word" names for leaf_id of tree t into buf, if the
  * cache holds it.  The copy is as good as a read of the SSD slot made at the
@@ -119,17 +134,12 @@ cache_enabled(void)
 bool
 amr_ssd_cache_get(const AmrTree *t, uint32 leaf_id, uint64 word, AmrLeaf *buf)
 {
-	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
-	uint32		hint;
-	AmrSsdCacheSlot *cs;
+	uint32		slot_no;
+	AmrSsdCacheSlot *cs = hinted_slot(leaf_id, &slot_no);
 	uint32		seq;
 
-	if (!cache_enabled())
+	if (cs == NULL)
 		return false;
-	hint = __atomic_load_n(&v->ssd_cache_hint, __ATOMIC_RELAXED);
-	if (hint == 0 || hint > cache_ctl->nslots)
-		return false;
-	cs = &cache_slots[hint - 1];
 	seq = pg_atomic_read_u32(&cs->seq);
 	if (seq & 1)
 		return false;
@@ -137,7 +147,7 @@ amr_ssd_cache_get(const AmrTree *t, uint32 leaf_id, uint64 word, AmrLeaf *buf)
 	if (cs->leaf_id != leaf_id || cs->word != word ||
 		cs->tree_no != t->tree_no || cs->generation != t->generation)
 		return false;
-	memcpy(buf, cache_images + (Size) (hint - 1) * AMR_SLOT_SIZE, AMR_SLOT_SIZE);
+	memcpy(buf, cache_images + (Size) slot_no * AMR_SLOT_SIZE, AMR_SLOT_SIZE);
 	pg_read_barrier();
 	if (pg_atomic_read_u32(&cs->seq) != seq)
 		return false;			/* refilled while we copied */
@@ -162,16 +172,10 @@ amr_ssd_cache_count_device_reads(int n)
 bool
 amr_ssd_cache_holds(uint32 leaf_id, uint64 word)
 {
-	uint32		hint;
-	AmrSsdCacheSlot *cs;
+	uint32		slot_no;
+	AmrSsdCacheSlot *cs = hinted_slot(leaf_id, &slot_no);
 
-	if (!cache_enabled())
-		return false;
-	hint = __atomic_load_n(&amr_store.leaves[leaf_id].ssd_cache_hint, __ATOMIC_RELAXED);
-	if (hint == 0 || hint > cache_ctl->nslots)
-		return false;
-	cs = &cache_slots[hint - 1];
-	return (pg_atomic_read_u32(&cs->seq) & 1) == 0 &&
+	return cs != NULL && (pg_atomic_read_u32(&cs->seq) & 1) == 0 &&
 		cs->leaf_id == leaf_id && cs->word == word;
 }
 
@@ -185,15 +189,12 @@ amr_ssd_cache_put(const AmrTree *t, uint32 leaf_id, uint64 word, const AmrLeaf *
 {
 	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
 	uint32		nslots;
-	uint32		hint;
 	uint32		tries;
 
-	if (!cache_enabled() || AMR_WORD_TIER(word) != AMR_TIER_SSD)
+	if (!cache_enabled() || AMR_WORD_TIER(word) != AMR_TIER_SSD ||
+		amr_ssd_cache_holds(leaf_id, word))
 		return;
 	nslots = cache_ctl->nslots;
-	hint = __atomic_load_n(&v->ssd_cache_hint, __ATOMIC_RELAXED);
-	if (hint != 0 && hint <= nslots && amr_ssd_cache_holds(leaf_id, word))
-		return;
 
 	/*
 	 * The clock: a referenced slot gets a second chance; two sweeps find a
