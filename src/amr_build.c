@@ -140,7 +140,7 @@ reserve_leaf(Relation index, uint32 *tier, uint32 *leaf_id, uint32 *slot)
 
 #define SSD_BATCH 64
 
-/* SSD images written but not yet durable nor published */
+/* SSD images prepared, then written together, synced, and published */
 typedef struct SsdBatch
 {
 	int			n;
@@ -171,10 +171,14 @@ static void
 flush_batch(Relation index, AmrTree *t, SsdBatch *b, bool nulls,
 			AmrPackItem *leaf_items, Size *nleaves)
 {
+	AmrLeaf    *imgs[SSD_BATCH];
 	int			i;
 
 	if (b->n == 0)
 		return;
+	for (i = 0; i < b->n; i++)
+		imgs[i] = &b->images[i];
+	amr_ssd_write_images(index, b->slot, imgs, b->n);
 	AMR_FAULT_POINT("build:before_leaf");
 	amr_ssd_flush(index);
 	AMR_FAULT_POINT("build:after_leaf_persisted");
@@ -300,7 +304,6 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 					batch.slot[batch.n] = slot;
 					batch.mbr[batch.n] = mbr;
 					batch.n++;
-					amr_tier_write_ext(index, tier, slot, dst, false);
 					if (batch.n == SSD_BATCH)
 						flush_batch(index, t, &batch, nulls, leaf_items, &nleaves);
 				}

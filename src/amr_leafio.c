@@ -187,19 +187,12 @@ seal_ssd_image(AmrLeaf *img)
 	amr_leaf_image_set_checksum(img);
 }
 
-/* Write a prepared image to a reserved slot and make it durable. */
-void
-amr_tier_write(Relation index, uint32 tier, uint32 slot, AmrLeaf *img)
-{
-	amr_tier_write_ext(index, tier, slot, img, true);
-}
-
 /*
- * As amr_tier_write; without "sync" an SSD image is not yet durable: call
- * amr_ssd_flush() before publishing it (used to batch a build's writes).
+ * Write a prepared image to a reserved slot and make it durable.  (Several
+ * SSD images at once: amr_ssd_write_images, then amr_ssd_flush.)
  */
 void
-amr_tier_write_ext(Relation index, uint32 tier, uint32 slot, AmrLeaf *img, bool sync)
+amr_tier_write(Relation index, uint32 tier, uint32 slot, AmrLeaf *img)
 {
 	int			rc;
 
@@ -212,7 +205,7 @@ amr_tier_write_ext(Relation index, uint32 tier, uint32 slot, AmrLeaf *img, bool 
 	seal_ssd_image(img);
 	amr_ssd_io.method = (AmrIoMethod) amr_io_method_setting;
 	pgstat_report_wait_start(WAIT_EVENT_DATA_FILE_WRITE);
-	rc = amr_ssd_write_slot(&amr_ssd_io, slot, img, sync);
+	rc = amr_ssd_write_slot(&amr_ssd_io, slot, img, true);
 	pgstat_report_wait_end();
 	if (rc < 0)
 		ssd_io_error(index, "write", slot, rc);

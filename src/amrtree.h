@@ -188,8 +188,6 @@ extern uint64 amr_leaf_copy(Relation index, AmrTree *t, uint32 leaf_id,
 extern void amr_ssd_read_images(Relation index, const uint32 *slots,
 								AmrLeaf **bufs, int n);
 extern void amr_tier_write(Relation index, uint32 tier, uint32 slot, AmrLeaf *img);
-extern void amr_tier_write_ext(Relation index, uint32 tier, uint32 slot,
-							   AmrLeaf *img, bool sync);
 extern void amr_ssd_write_images(Relation index, const uint32 *slots, AmrLeaf **imgs,
 								 int n);
 extern void amr_ssd_flush(Relation index);
