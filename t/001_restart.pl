@@ -60,7 +60,7 @@ my $bg = $node->background_psql('postgres');
 my $pid = $bg->query_safe('SELECT pg_backend_pid()');
 kill 'KILL', $pid;
 $bg->quit;
-$node->poll_query_until('postgres', 'SELECT true') or die 'server did not come back';
+amr_wait_for_server($node) or die 'server did not come back';
 same_after('a backend crash');
 
 $node->stop('immediate');

@@ -74,7 +74,7 @@ for my $round (1 .. $rounds)
 		usleep(1000 * $delays_ms[$round - 1]);
 	}
 	kill 'KILL', $pid;
-	$node->poll_query_until('postgres', 'SELECT true') or die 'server did not come back';
+	amr_wait_for_server($node) or die 'server did not come back';
 
 	my ($pmem, $ssd) = split /\|/, $node->safe_psql('postgres', q{
 SELECT sum(leaves) FILTER (WHERE tier = 'pmem'), sum(leaves) FILTER (WHERE tier = 'ssd')

@@ -320,7 +320,7 @@ FROM generate_series(1, 1500) g},
 	my $hit = wait_for_crash($point, $log_at, 30);
 	$crashes++ if $hit;
 	ok($hit, "$what: the point was reached and the process crashed");
-	$node->poll_query_until('postgres', 'SELECT true') or die "$what: the server did not come back";
+	amr_wait_for_server($node) or die "$what: the server did not come back";
 	$bench->kill_kill;
 	$bench->finish;
 	disarm();

@@ -68,7 +68,7 @@ SELECT count(*) FROM $table WHERE b && box '((-1e9,-1e9),(1e9,1e9))'});
 
 sub wait_for_restart
 {
-	$node->poll_query_until('postgres', 'SELECT true')
+	amr_wait_for_server($node)
 	  or die 'the server did not come back after the crash';
 }
 

@@ -152,7 +152,7 @@ unlink $marker;
 SET amrtree.fault_injection = 'build:after_leaf_published:25';
 CREATE INDEX t_b2 ON t USING amrtree (b);});
 isnt($ret, 0, 'the backend building an index crashed half-way');
-$node->poll_query_until('postgres', 'SELECT true') or die 'server did not come back';
+amr_wait_for_server($node) or die 'server did not come back';
 unlink $marker;
 is(usage(), $one, 'the half-built tree was reclaimed at restart');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname = 't_b2'}), 0,
@@ -165,7 +165,7 @@ my $log_at = -s $node->logfile;
 ($ret, $out, $err) = $node->psql('postgres', q{
 SET amrtree.fault_injection = 'commit:before_apply';
 DROP INDEX t_b2;});
-$node->poll_query_until('postgres', 'SELECT true') or die 'server did not come back';
+amr_wait_for_server($node) or die 'server did not come back';
 unlink $marker;
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname = 't_b2'}), 0,
 	'the DROP INDEX committed before the crash');

@@ -13,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(amr_node amr_pool_path amr_load_porto amr_setup_parity
-  amr_parity_mismatches amr_fingerprint amr_porto_gen);
+  amr_parity_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server);
 
 my $tag = $ENV{AMR_POOL_TAG} || "amrtree-tap-$$";
 my $src = $ENV{AMR_SRC} || dirname(__FILE__) . '/..';
@@ -141,6 +141,27 @@ sub amr_fingerprint
 		$db, qq{
 SELECT md5(string_agg(op || ':' || qid || ':' || amr_ids('$table', op, qb, true)::text, ',' ORDER BY op, qid))
 FROM amr_ops, amr_windows});
+}
+
+# Wait until the server accepts queries again after a crash restart.
+# poll_query_until() dies when psql exits before reading its input ("Broken
+# pipe" from IPC::Run), which a connection refused during the restart makes
+# it do; retry through that instead.
+sub amr_wait_for_server
+{
+	my ($node, $db) = @_;
+	$db ||= 'postgres';
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	while (time() < $deadline)
+	{
+		my $ok = eval {
+			my ($ret, $out) = $node->psql($db, 'SELECT 1');
+			$ret == 0 && $out eq '1';
+		};
+		return 1 if $ok;
+		select(undef, undef, undef, 0.1);
+	}
+	return 0;
 }
 
 END
