@@ -6,8 +6,15 @@ set -euo pipefail
 
 AMR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PG_MAJOR=15
-PG_BIN="/usr/lib/postgresql/${PG_MAJOR}/bin"
-PG_PGXS="/usr/lib/postgresql/${PG_MAJOR}/lib/pgxs"
+# AMR_PG_ROOT: a relocated copy of the PostgreSQL packages (made by
+# scripts/private-pg.sh) to build, install and test against instead of the
+# system's, so that several worktrees can run their suites at once without
+# installing over each other.  Empty: the system's packages.
+AMR_PG_ROOT="${AMR_PG_ROOT:-}"
+PG_BIN="${AMR_PG_ROOT}/usr/lib/postgresql/${PG_MAJOR}/bin"
+PG_PGXS="${AMR_PG_ROOT}/usr/lib/postgresql/${PG_MAJOR}/lib/pgxs"
+# TAP tests reserve ports through lock files here, shared by every run
+export PG_TEST_PORT_DIR="${PG_TEST_PORT_DIR:-/tmp/amrtree-portlock}"
 # PostgreSQL refuses to run as root: servers run as this user.
 AMR_PG_USER="${AMR_PG_USER:-postgres}"
 

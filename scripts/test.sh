@@ -117,9 +117,11 @@ run_tap() {
 		mapfile -t files < <(cd "$WORK/src" && ls t/*.pl)
 	fi
 	local f status
+	mkdir -p "$PG_TEST_PORT_DIR" && chmod 1777 "$PG_TEST_PORT_DIR" 2>/dev/null || true
 	for f in "${files[@]}"; do
 		f="t/$(basename "$f")"
 		as_pg "$WORK/src" env PATH="$PG_BIN:$PATH" TESTDIR="$WORK/tap" \
+			PG_TEST_PORT_DIR="$PG_TEST_PORT_DIR" \
 			PG_REGRESS="$PG_PGXS/src/test/regress/pg_regress" \
 			AMR_POOL_TAG="$POOL_TAG" AMR_SRC="$WORK/src" \
 			timeout 1200 prove -v -I "$PG_PGXS/src/test/perl" -I "$WORK/src/t" "$f" \
