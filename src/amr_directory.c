@@ -7,12 +7,26 @@
  *
  * A tree is created by ambuild in state BUILDING, stamped with the creating
  * transaction's xid.  Commit makes it VALID; abort (of the transaction or of
- * the subtransaction that created it) frees it.  DROP INDEX, DROP TABLE and
- * DROP DATABASE, and every rebuild that gives an index a new relfilenode
- * (REINDEX, TRUNCATE, VACUUM FULL, CLUSTER), only record the old tree as
- * "to drop"; it is freed once the dropping transaction has committed.  A
- * crash in between is resolved at the next start (amr_reconcile.c) from the
- * xid and the state.  Nothing here raises an ERROR in an abort path.
+ * the subtransaction that created it) frees it.
+ *
+ * A tree is freed when the transaction that unlinks its index's relation
+ * file commits: just before that commit we look at PostgreSQL's own list of
+ * relation files to delete at commit (smgrGetPendingDeletes) and free the
+ * trees keyed by them afterwards.  That one rule covers DROP INDEX, DROP
+ * TABLE, DROP OWNED, and every rebuild that gives an index a new
+ * relfilenode (REINDEX, TRUNCATE, VACUUM FULL, CLUSTER, ALTER TABLE ...
+ * TYPE), and it gets the multi-transaction commands right: DROP INDEX
+ * CONCURRENTLY and REINDEX CONCURRENTLY unlink the old file only in their
+ * last transaction, after waiting for every transaction that could still be
+ * scanning the index.  (An earlier version freed the tree when the drop hook
+ * fired, which DROP INDEX CONCURRENTLY does in its first transaction: open
+ * cursors then lost rows or read a tree that had replaced it.)  The two
+ * exceptions are handled apart: DROP DATABASE removes whole directories
+ * (its drop hook marks every tree of the database), and a table truncated
+ * in the transaction that created it rebuilds its indexes in place, in the
+ * same file (amr_tree_create supersedes the older tree of that storage).
+ * A crash in between is resolved at the next start (amr_reconcile.c) from
+ * the xid and the state.  Nothing here raises an ERROR in an abort path.
  *
  * Indexes find their tree through the metapage in block 0 of the main fork
  * (pool id, tree number, generation), cached in rd_amcache; the record must
@@ -35,6 +49,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_database.h"
 #include "catalog/pg_tablespace_d.h"
+#include "catalog/storage.h"
 #include "commands/dbcommands.h"
 #include "commands/tablespace.h"
 #include "commands/defrem.h"
@@ -73,6 +88,12 @@ static void
 remember(PendingKind kind, uint32 tree_no, uint32 generation, Oid db_oid)
 {
 	PendingAction *p;
+
+	/* a tree superseded in place and unlinked too is dropped once */
+	if (kind == PENDING_DROP_TREE)
+		for (p = pending_actions; p; p = p->next)
+			if (p->kind == kind && p->tree_no == tree_no && p->generation == generation)
+				return;
 
 	p = MemoryContextAlloc(TopTransactionContext, sizeof(PendingAction));
 	p->kind = kind;
@@ -133,11 +154,9 @@ amr_tree_free_storage(uint32 tree_no)
 	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
 	for (id = 0; id < s->lt_capacity; id++)
 	{
-		AmrLeafTableEntry *e = &s->lt[id];
 		uint64		word = amr_lt_word(s, id);
 
-		if (AMR_WORD_TIER(word) == AMR_TIER_NONE ||
-			e->tree_no != tree_no || e->tree_generation != generation)
+		if (!amr_lt_owned_by(s, id, word, tree_no, generation))
 			continue;
 		LWLockAcquire(amr_leaf_lock(id), LW_EXCLUSIVE);
 		amr_cache_unpin(t, id);
@@ -254,20 +273,20 @@ amr_tree_create(Relation index, bool unlogged)
 	amr_tree_sync_options(index, t);
 
 	/*
-	 * An older tree of the same index (REINDEX, TRUNCATE, VACUUM FULL,
-	 * CLUSTER, or a rebuild in place of an index created in this same
-	 * transaction) is superseded once this transaction commits.
+	 * An older tree of the same storage -- an index rebuilt in place, in the
+	 * file it already has, when a table created in this transaction is
+	 * truncated -- is superseded once this transaction commits.  Rebuilds
+	 * into a new file (REINDEX, TRUNCATE, VACUUM FULL, CLUSTER) unlink the
+	 * old one, which note_storage_drops() sees.
 	 */
 	for (i = 0; i < AMR_MAX_TREES; i++)
 	{
 		AmrTreeRecord *old = &s->tree_records[i];
 
-		if (i == tree_no ||
-			(old->state != AMR_TREE_VALID && old->state != AMR_TREE_BUILDING) ||
-			old->db_oid != MyDatabaseId)
-			continue;
-		if (old->index_oid == RelationGetRelid(index) ||
-			(old->relfilenode == rec->relfilenode && old->spc_oid == rec->spc_oid))
+		if (i != tree_no &&
+			(old->state == AMR_TREE_VALID || old->state == AMR_TREE_BUILDING) &&
+			old->db_oid == MyDatabaseId &&
+			old->relfilenode == rec->relfilenode && old->spc_oid == rec->spc_oid)
 			remember(PENDING_DROP_TREE, i, old->generation, InvalidOid);
 	}
 	LWLockRelease(&amr_shared->directory_lock);
@@ -417,51 +436,6 @@ amr_tree_open(Relation index)
 
 /* ---- drops ---- */
 
-static Oid
-amrtree_am_oid(void)
-{
-	return get_index_am_oid("amrtree", true);
-}
-
-static void
-remember_drop_of_index(Oid indexoid)
-{
-	HeapTuple	tup;
-	Form_pg_class cls;
-	Oid			am = amrtree_am_oid();
-	Oid			spc;
-	Oid			relfilenode;
-	uint32		i;
-
-	if (!OidIsValid(am) || amr_shared == NULL)
-		return;
-	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(indexoid));
-	if (!HeapTupleIsValid(tup))
-		return;
-	cls = (Form_pg_class) GETSTRUCT(tup);
-	if (cls->relkind != RELKIND_INDEX || cls->relam != am)
-	{
-		ReleaseSysCache(tup);
-		return;
-	}
-	spc = OidIsValid(cls->reltablespace) ? cls->reltablespace : MyDatabaseTableSpace;
-	relfilenode = cls->relfilenode;
-	ReleaseSysCache(tup);
-
-	LWLockAcquire(&amr_shared->directory_lock, LW_SHARED);
-	for (i = 0; i < AMR_MAX_TREES; i++)
-	{
-		AmrTreeRecord *rec = &amr_store.tree_records[i];
-
-		if ((rec->state == AMR_TREE_VALID || rec->state == AMR_TREE_BUILDING) &&
-			rec->db_oid == MyDatabaseId &&
-			(rec->index_oid == indexoid ||
-			 (rec->relfilenode == relfilenode && rec->spc_oid == spc)))
-			remember(PENDING_DROP_TREE, i, rec->generation, InvalidOid);
-	}
-	LWLockRelease(&amr_shared->directory_lock);
-}
-
 static void
 amr_object_access(ObjectAccessType access, Oid classId, Oid objectId,
 				  int subId, void *arg)
@@ -469,11 +443,12 @@ amr_object_access(ObjectAccessType access, Oid classId, Oid objectId,
 	if (prev_object_access_hook)
 		prev_object_access_hook(access, classId, objectId, subId, arg);
 
-	if (access != OAT_DROP || !amr_preloaded)
-		return;
-	if (classId == RelationRelationId && subId == 0)
-		remember_drop_of_index(objectId);
-	else if (classId == DatabaseRelationId)
+	/*
+	 * Relations: see note_storage_drops().  Before the first reconciliation
+	 * of this server's life nothing is freed here: it will find the
+	 * database's directory gone and reclaim its trees as orphans.
+	 */
+	if (access == OAT_DROP && classId == DatabaseRelationId && amr_is_reconciled())
 		remember(PENDING_DROP_DATABASE, 0, 0, objectId);
 }
 
@@ -489,6 +464,49 @@ drop_database_trees(Oid db_oid)
 		if (rec->state != AMR_TREE_FREE && rec->db_oid == db_oid)
 			amr_tree_free_storage(i);
 	}
+}
+
+/*
+ * Just before commit: the trees whose relation file this transaction
+ * unlinks at commit are dropped with it.  Returns whether there are any.
+ * Only once this server's reconciliation has run (the DRAM state it frees
+ * into exists then); a drop before that is found by the reconciliation,
+ * which takes a tree whose file is gone or empty for an orphan.
+ * Runs before the commit record is written, so it may raise an ERROR; the
+ * pending drop counts keep amrtree_check from taking these trees for
+ * orphans between the commit and the callback that frees them.
+ */
+static bool
+note_storage_drops(void)
+{
+	RelFileNode *rels;
+	int			nrels = smgrGetPendingDeletes(true, &rels);
+	bool		found = false;
+	int			i;
+
+	if (nrels == 0)
+		return false;
+	LWLockAcquire(&amr_shared->directory_lock, LW_SHARED);
+	for (i = 0; i < nrels; i++)
+	{
+		uint32		tn;
+
+		for (tn = 0; tn < AMR_MAX_TREES; tn++)
+		{
+			AmrTreeRecord *rec = &amr_store.tree_records[tn];
+
+			if ((rec->state == AMR_TREE_VALID || rec->state == AMR_TREE_BUILDING) &&
+				rec->relfilenode == rels[i].relNode && rec->db_oid == rels[i].dbNode &&
+				rec->spc_oid == rels[i].spcNode)
+			{
+				remember(PENDING_DROP_TREE, tn, rec->generation, InvalidOid);
+				found = true;
+			}
+		}
+	}
+	LWLockRelease(&amr_shared->directory_lock);
+	pfree(rels);
+	return found;
 }
 
 static bool
@@ -564,7 +582,13 @@ amr_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (amr_is_reconciled())
+				(void) note_storage_drops();
+			break;
 		case XACT_EVENT_PRE_PREPARE:
+			if (amr_is_reconciled())
+				(void) note_storage_drops();
 			if (pending_actions != NULL)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),

@@ -290,8 +290,7 @@ check_leaves(Relation index, AmrTree *t)
 
 		if ((id & 0xFFF) == 0)
 			CHECK_FOR_INTERRUPTS();
-		if (AMR_WORD_TIER(word) == AMR_TIER_NONE || e->tree_no != t->tree_no ||
-			e->tree_generation != t->generation)
+		if (!amr_lt_owned_by(s, id, word, t->tree_no, t->generation))
 			continue;
 
 reread:
@@ -446,10 +445,9 @@ amrtree_index_stats(PG_FUNCTION_ARGS)
 
 	for (id = 0; id < amr_store.lt_capacity; id++)
 	{
-		const AmrLeafTableEntry *e = &amr_store.lt[id];
 		uint64		word = amr_lt_word(&amr_store, id);
 
-		if (e->tree_no != t->tree_no || e->tree_generation != t->generation)
+		if (!amr_lt_owned_by(&amr_store, id, word, t->tree_no, t->generation))
 			continue;
 		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 			pmem_leaves++;
@@ -534,15 +532,13 @@ amrtree_leaf_entries(PG_FUNCTION_ARGS)
 
 	for (id = 0; id < amr_store.lt_capacity; id++)
 	{
-		const AmrLeafTableEntry *e = &amr_store.lt[id];
 		uint64		word = amr_lt_word(&amr_store, id);
 		uint64		i,
 					n;
 
 		if ((id & 0xFFF) == 0)
 			CHECK_FOR_INTERRUPTS();
-		if (AMR_WORD_TIER(word) == AMR_TIER_NONE || e->tree_no != t->tree_no ||
-			e->tree_generation != t->generation)
+		if (!amr_lt_owned_by(&amr_store, id, word, t->tree_no, t->generation))
 			continue;
 		if (amr_leaf_copy(index, t, id, buf, NULL, NULL) == 0)
 			continue;

@@ -277,7 +277,6 @@ amr_leaf_copy(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *buf,
 			  uint64 *nsn, uint32 *rightlink)
 {
 	AmrStore   *s = &amr_store;
-	const AmrLeafTableEntry *e = &s->lt[leaf_id];
 	AmrLeafVolatile *v = &s->leaves[leaf_id];
 
 	for (;;)
@@ -287,8 +286,7 @@ amr_leaf_copy(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *buf,
 
 		LWLockAcquire(amr_leaf_lock(leaf_id), LW_SHARED);
 		word = amr_lt_word(s, leaf_id);
-		if (AMR_WORD_TIER(word) == AMR_TIER_NONE ||
-			e->tree_no != t->tree_no || e->tree_generation != t->generation)
+		if (!amr_lt_owned_by(s, leaf_id, word, t->tree_no, t->generation))
 		{
 			LWLockRelease(amr_leaf_lock(leaf_id));
 			return 0;

@@ -36,6 +36,7 @@
 typedef struct AmrScanOpaqueData
 {
 	AmrTree    *tree;
+	uint32		generation;		/* of the tree when the scan began */
 	MemoryContext scan_cxt;
 	MemoryContext batch_cxt;
 
@@ -88,6 +89,7 @@ amrbeginscan(Relation r, int nkeys, int norderbys)
 	scan = RelationGetIndexScan(r, nkeys, norderbys);
 	so = (AmrScanOpaque) palloc0(sizeof(AmrScanOpaqueData));
 	so->tree = amr_tree_open(r);
+	so->generation = so->tree->generation;
 	so->scan_cxt = CurrentMemoryContext;
 	so->batch_cxt = AllocSetContextCreate(CurrentMemoryContext,
 										  "amrtree scan batch",
@@ -187,6 +189,27 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 		(scan->xs_snapshot != NULL && !IsMVCCSnapshot(scan->xs_snapshot));
 }
 
+/*
+ * A scan reads the tree it began on, or fails: never a tree that replaced
+ * it under the same tree number.  PostgreSQL's locks make this hold (a tree
+ * is freed only when its relation file is unlinked, which waits for every
+ * scan), so the error is a backstop that names the broken promise instead of
+ * returning another index's rows.
+ */
+static void
+check_tree_unchanged(IndexScanDesc scan)
+{
+	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
+	AmrTreeRecord *rec = &amr_store.tree_records[so->tree->tree_no];
+
+	if (so->tree->generation != so->generation || rec->generation != so->generation ||
+		(rec->state != AMR_TREE_VALID && rec->state != AMR_TREE_BUILDING))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("amrtree index \"%s\" was dropped or rebuilt while a scan was reading it",
+						RelationGetRelationName(scan->indexRelation))));
+}
+
 static void
 start_scan(IndexScanDesc scan)
 {
@@ -201,6 +224,11 @@ start_scan(IndexScanDesc scan)
 		return;
 
 	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
+	if (t->generation != so->generation)
+	{
+		LWLockRelease(amr_tree_lock(t));
+		check_tree_unchanged(scan);
+	}
 	so->start_nsn = __atomic_load_n(&t->nsn, __ATOMIC_SEQ_CST);
 	if (so->want_box_side)
 		amr_collect_leaves(&amr_store, t, false, so->keys, so->nkeys, &so->cand,
@@ -311,7 +339,6 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
 	AmrTree    *t = so->tree;
 	AmrStore   *s = &amr_store;
-	const AmrLeafTableEntry *e = &s->lt[leaf_id];
 	AmrLeafVolatile *v = &s->leaves[leaf_id];
 	AmrLeaf    *img = so->leaf;
 	uint64		word;
@@ -328,10 +355,11 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 
 	LWLockAcquire(amr_leaf_lock(leaf_id), LW_SHARED);
 	word = amr_lt_word(s, leaf_id);
-	if (AMR_WORD_TIER(word) == AMR_TIER_NONE ||
-		e->tree_no != t->tree_no || e->tree_generation != t->generation)
+	if (!amr_lt_owned_by(s, leaf_id, word, t->tree_no, so->generation))
 	{
+		/* a leaf of a live tree is never freed: the tree must be gone */
 		LWLockRelease(amr_leaf_lock(leaf_id));
+		check_tree_unchanged(scan);
 		return;
 	}
 	/* split after we collected the candidates: follow the moved entries */
@@ -358,8 +386,13 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 			img = pf;
 		}
 		else if (amr_leaf_copy(scan->indexRelation, t, leaf_id, img, NULL, NULL) == 0)
+		{
+			check_tree_unchanged(scan);
 			return;
+		}
 	}
+	if (img->hdr.tree_generation != so->generation)
+		check_tree_unchanged(scan);
 	amr_leaf_access(leaf_id, false);
 
 	n = (int) img->hdr.nentries;

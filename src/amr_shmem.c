@@ -956,6 +956,16 @@ amr_pool_is_open(void)
 	return pool_status == AMR_POOL_READY && amr_store.header != NULL;
 }
 
+/*
+ * The pool is usable and this server's reconciliation has run, so the DRAM
+ * tier describes it: what commit callbacks need before freeing a tree.
+ */
+bool
+amr_is_reconciled(void)
+{
+	return amr_is_ready() && pg_atomic_read_u32(&amr_shared->attached) != 0;
+}
+
 bool
 amr_is_ready(void)
 {

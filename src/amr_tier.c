@@ -805,8 +805,7 @@ amrtree_leaf_table(PG_FUNCTION_ARGS)
 
 		if ((id & 0xFFFF) == 0)
 			CHECK_FOR_INTERRUPTS();
-		if (AMR_WORD_TIER(word) == AMR_TIER_NONE || e->tree_no != t->tree_no ||
-			e->tree_generation != t->generation)
+		if (!amr_lt_owned_by(s, id, word, t->tree_no, t->generation))
 			continue;
 		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 		{

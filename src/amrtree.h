@@ -124,6 +124,7 @@ extern void amr_pool_describe(StringInfo buf);
  */
 extern void amr_require_ready(void);
 extern bool amr_is_ready(void);
+extern bool amr_is_reconciled(void);
 extern bool amr_pool_is_open(void);
 
 /* ---- reconciliation (amr_reconcile.c) ---- */

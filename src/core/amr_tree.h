@@ -186,6 +186,17 @@ amr_lt_word(const AmrStore *s, uint32_t leaf_id)
 	return __atomic_load_n(&s->lt[leaf_id].word, __ATOMIC_ACQUIRE);
 }
 
+/* Does the Leaf Table entry with this word belong to tree (tree_no, generation)? */
+static inline bool
+amr_lt_owned_by(const AmrStore *s, uint32_t leaf_id, uint64_t word,
+				uint32_t tree_no, uint32_t generation)
+{
+	const AmrLeafTableEntry *e = &s->lt[leaf_id];
+
+	return AMR_WORD_TIER(word) != AMR_TIER_NONE && e->tree_no == tree_no &&
+		e->tree_generation == generation;
+}
+
 static inline AmrFBox
 amr_lt_mbr(const AmrStore *s, uint32_t leaf_id, uint64_t word)
 {
