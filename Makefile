@@ -2,7 +2,7 @@
 
 EXTENSION = amrtree
 MODULE_big = amrtree
-DATA = sql/amrtree--0.1.sql
+DATA = sql/amrtree--0.2.sql sql/amrtree--0.1--0.2.sql
 PGFILEDESC = "amrtree - AMR-Tree index access method"
 
 CORE_OBJS = \

@@ -6,6 +6,7 @@
 # amrtree in shared_preload_libraries.  Ends with "N passed, N failed".
 #
 # Usage: scripts/test.sh [--no-deps] [--only core|regress|isolation|tap] [TAP files...]
+#   AMR_REGRESS_TESTS / AMR_ISOLATION_TESTS (space-separated) run a subset.
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -83,7 +84,7 @@ tally_regress() {	# suite log
 run_regress() {
 	say "pg_regress (throwaway instance, amrtree preloaded)"
 	local tests
-	tests=$(sed -n 's/^REGRESS_TESTS[[:space:]]*=[[:space:]]*//p' "$AMR_ROOT/test/schedule.mk")
+	tests=${AMR_REGRESS_TESTS:-$(sed -n 's/^REGRESS_TESTS[[:space:]]*=[[:space:]]*//p' "$AMR_ROOT/test/schedule.mk")}
 	write_conf "$WORK/regress/amrtree.conf" regress
 	as_pg "$WORK/regress" timeout 900 "$PG_PGXS/src/test/regress/pg_regress" \
 		--temp-instance="$WORK/regress/instance" --temp-config="$WORK/regress/amrtree.conf" \
@@ -98,7 +99,7 @@ run_regress() {
 run_isolation() {
 	say "isolation tests (throwaway instance, amrtree preloaded)"
 	local tests
-	tests=$(sed -n 's/^ISOLATION_TESTS[[:space:]]*=[[:space:]]*//p' "$AMR_ROOT/test/schedule.mk")
+	tests=${AMR_ISOLATION_TESTS:-$(sed -n 's/^ISOLATION_TESTS[[:space:]]*=[[:space:]]*//p' "$AMR_ROOT/test/schedule.mk")}
 	write_conf "$WORK/isolation/amrtree.conf" isolation
 	as_pg "$WORK/isolation" timeout 900 "$PG_PGXS/src/test/isolation/pg_isolation_regress" \
 		--temp-instance="$WORK/isolation/instance" --temp-config="$WORK/isolation/amrtree.conf" \

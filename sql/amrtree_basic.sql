@@ -49,14 +49,17 @@ SELECT amrtree_check('empty_t_b');
 SELECT height, leaves, entries FROM amrtree_index_stats('empty_t_b');
 SELECT entry, tid, key, dead FROM amrtree_leaf_entries('empty_t_b') ORDER BY tid;
 
--- NaN coordinates cannot be indexed: clear error, nothing stored
+-- boxes with NaN coordinates are stored, as GiST stores them (the NaN
+-- side of their bounding box is infinite; amrtree_nan tests the answers)
 INSERT INTO empty_t VALUES (4, box '((NaN,0),(1,1))');
 SELECT count(*) FROM empty_t;
 SELECT entries FROM amrtree_index_stats('empty_t_b');
--- ... and a build over such a row fails the same way
+SELECT amrtree_check('empty_t_b');
+-- ... and built
 CREATE TABLE nan_t (b box);
 INSERT INTO nan_t VALUES (box '((0,0),(1,NaN))');
 CREATE INDEX nan_t_b ON nan_t USING amrtree (b);
+SELECT amrtree_check('nan_t_b');
 -- a NaN query is answered like a sequential scan answers it
 INSERT INTO empty_t SELECT 100 + i, box(point(i, i), point(i + 1, i + 1)) FROM generate_series(1, 300) i;
 CREATE TABLE nan_q (op text, q box);
@@ -80,8 +83,6 @@ FROM nan_q;
 DELETE FROM empty_t WHERE id > 100;
 
 -- what is not supported, and says so
-CREATE TEMP TABLE temp_t (b box);
-CREATE INDEX ON temp_t USING amrtree (b);
 CREATE INDEX ON empty_t USING amrtree (b) WITH (fillfactor = 50);
 CREATE TABLE two_boxes (a box, b box);
 CREATE INDEX ON two_boxes USING amrtree (a, b);

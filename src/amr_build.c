@@ -107,7 +107,7 @@ build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
 		amr_box_from_datum(index, values[0], &key);
 		e = append_entry(&bs->boxes, &bs->nboxes, &bs->capboxes);
 		memset(e, 0, sizeof(*e));
-		e->key = key;
+		amr_entry_set_key(e, &key);
 	}
 	memcpy(&e->tid_blk_hi, tid, sizeof(ItemPointerData));
 }
@@ -364,12 +364,6 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 	bool		unlogged = index->rd_rel->relpersistence == RELPERSISTENCE_UNLOGGED;
 
 	amr_require_ready();
-	if (index->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("amrtree does not support indexes on temporary tables"),
-				 errdetail("amrtree keeps its leaves in a cluster-wide PMEM pool, outside any one session."),
-				 errhint("Use a GiST index on the temporary table, or make the table UNLOGGED.")));
 	if (RelationGetNumberOfBlocks(index) != 0)
 		elog(ERROR, "index \"%s\" already contains data", RelationGetRelationName(index));
 

@@ -91,10 +91,7 @@ probe_tree(PlannerInfo *root, IndexOptInfo *index, IndexPath *path,
 				return false;
 			q = DatumGetBoxP(((Const *) arg)->constvalue);
 			keys[nkeys].strategy = strategy;
-			keys[nkeys].query.xlo = q->low.x;
-			keys[nkeys].query.ylo = q->low.y;
-			keys[nkeys].query.xhi = q->high.x;
-			keys[nkeys].query.yhi = q->high.y;
+			amr_box_from_pg(q, &keys[nkeys].query);
 			keys[nkeys].prune = !amr_box_has_nan(&keys[nkeys].query);
 			nkeys++;
 		}

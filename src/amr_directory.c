@@ -195,7 +195,7 @@ amr_tree_sync_options(Relation index, AmrTree *t)
 	if (o != NULL)
 	{
 		if (o->pmem_budget_offset != 0 &&
-			!amr_parse_budget((const char *) o + o->pmem_budget_offset, &kind, &value))
+			amr_parse_budget((const char *) o + o->pmem_budget_offset, &kind, &value) != AMR_BUDGET_PARSE_OK)
 			kind = AMR_BUDGET_UNLIMITED;
 		tiering = o->tiering;
 	}
@@ -205,7 +205,7 @@ amr_tree_sync_options(Relation index, AmrTree *t)
 		rec->budget_kind = kind;
 		rec->budget_value = value;
 		rec->tiering_off = !tiering;
-		amr_persist(&rec->budget_kind, offsetof(AmrTreeRecord, reserved) -
+		amr_persist(&rec->budget_kind, offsetof(AmrTreeRecord, backend_id) -
 					offsetof(AmrTreeRecord, budget_kind));
 	}
 	if (t->budget_kind != (uint32) kind || t->budget_value != value || t->tiering != tiering)
@@ -220,6 +220,26 @@ static Oid
 index_tablespace(Relation index)
 {
 	return index->rd_node.spcNode;
+}
+
+/* The backend owning a tree's storage: InvalidBackendId unless temporary. */
+static BackendId
+tree_backend(const AmrTreeRecord *rec)
+{
+	return (rec->flags & AMR_TREE_FLAG_TEMP) ? (BackendId) rec->backend_id : InvalidBackendId;
+}
+
+/*
+ * Is a live tree record keyed by this storage: database, tablespace,
+ * relfilenode, and for a temporary index its backend (temporary
+ * relfilenodes are allocated per backend and may equal permanent ones)?
+ */
+static bool
+tree_has_storage(const AmrTreeRecord *rec, Oid db, Oid spc, Oid relfilenode, BackendId backend)
+{
+	return (rec->state == AMR_TREE_VALID || rec->state == AMR_TREE_BUILDING) &&
+		rec->db_oid == db && rec->spc_oid == spc && rec->relfilenode == relfilenode &&
+		tree_backend(rec) == backend;
 }
 
 uint32
@@ -255,6 +275,9 @@ amr_tree_create(Relation index, bool unlogged)
 
 	rec = &s->tree_records[tree_no];
 	rec->flags = unlogged ? AMR_TREE_FLAG_UNLOGGED : 0;
+	rec->backend_id = (int32) index->rd_backend;
+	if (RelationUsesLocalBuffers(index))
+		rec->flags |= AMR_TREE_FLAG_TEMP;
 	rec->db_oid = MyDatabaseId;
 	rec->spc_oid = index_tablespace(index);
 	rec->relfilenode = index->rd_node.relNode;
@@ -275,18 +298,25 @@ amr_tree_create(Relation index, bool unlogged)
 	/*
 	 * An older tree of the same storage -- an index rebuilt in place, in the
 	 * file it already has, when a table created in this transaction is
-	 * truncated -- is superseded once this transaction commits.  Rebuilds
-	 * into a new file (REINDEX, TRUNCATE, VACUUM FULL, CLUSTER) unlink the
-	 * old one, which note_storage_drops() sees.
+	 * truncated (or an ON COMMIT DELETE ROWS table is emptied) -- is
+	 * superseded once this transaction commits.  Rebuilds into a new file
+	 * (REINDEX, TRUNCATE, VACUUM FULL, CLUSTER) unlink the old one, which
+	 * note_storage_drops() sees -- except for temporary indexes, whose
+	 * unlinks PostgreSQL keeps to the backend: an older tree of the same
+	 * temporary index is superseded here too.
 	 */
 	for (i = 0; i < AMR_MAX_TREES; i++)
 	{
 		AmrTreeRecord *old = &s->tree_records[i];
 
-		if (i != tree_no &&
-			(old->state == AMR_TREE_VALID || old->state == AMR_TREE_BUILDING) &&
-			old->db_oid == MyDatabaseId &&
-			old->relfilenode == rec->relfilenode && old->spc_oid == rec->spc_oid)
+		if (i == tree_no)
+			continue;
+		if (tree_has_storage(old, MyDatabaseId, rec->spc_oid, rec->relfilenode,
+							 tree_backend(rec)) ||
+			((rec->flags & AMR_TREE_FLAG_TEMP) && (old->flags & AMR_TREE_FLAG_TEMP) &&
+			 (old->state == AMR_TREE_VALID || old->state == AMR_TREE_BUILDING) &&
+			 old->db_oid == MyDatabaseId && old->index_oid == rec->index_oid &&
+			 old->backend_id == rec->backend_id))
 			remember(PENDING_DROP_TREE, i, old->generation, InvalidOid);
 	}
 	LWLockRelease(&amr_shared->directory_lock);
@@ -414,11 +444,9 @@ amr_tree_open_extended(Relation index, bool missing_ok)
 	}
 
 	rec = &amr_store.tree_records[cache->tree_no];
-	if ((rec->state != AMR_TREE_VALID && rec->state != AMR_TREE_BUILDING) ||
-		rec->generation != cache->generation ||
-		rec->db_oid != MyDatabaseId ||
-		rec->relfilenode != index->rd_node.relNode ||
-		rec->spc_oid != index_tablespace(index))
+	if (rec->generation != cache->generation ||
+		!tree_has_storage(rec, MyDatabaseId, index_tablespace(index), index->rd_node.relNode,
+						  index->rd_backend))
 	{
 		if (missing_ok)
 			return NULL;
@@ -436,6 +464,52 @@ amr_tree_open(Relation index)
 
 /* ---- drops ---- */
 
+/*
+ * The drop of a temporary amrtree index: PostgreSQL does not list the
+ * unlinks of temporary relations at commit (they are the backend's own), but
+ * no other session can be scanning the index, so the drop hook is the right
+ * moment to remember it.  Also when the index belongs to another backend's
+ * temporary schema, which this backend or autovacuum cleans up.
+ */
+static void
+remember_drop_of_temp_index(Oid indexoid)
+{
+	HeapTuple	tup;
+	Form_pg_class cls;
+	Oid			am = get_index_am_oid("amrtree", true);
+	Oid			spc;
+	Oid			relfilenode;
+	BackendId	backend;
+	uint32		tn;
+
+	if (!OidIsValid(am))
+		return;
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(indexoid));
+	if (!HeapTupleIsValid(tup))
+		return;
+	cls = (Form_pg_class) GETSTRUCT(tup);
+	if (cls->relkind != RELKIND_INDEX || cls->relam != am ||
+		cls->relpersistence != RELPERSISTENCE_TEMP)
+	{
+		ReleaseSysCache(tup);
+		return;
+	}
+	spc = OidIsValid(cls->reltablespace) ? cls->reltablespace : MyDatabaseTableSpace;
+	relfilenode = cls->relfilenode;
+	backend = GetTempNamespaceBackendId(cls->relnamespace);
+	ReleaseSysCache(tup);
+
+	LWLockAcquire(&amr_shared->directory_lock, LW_SHARED);
+	for (tn = 0; tn < AMR_MAX_TREES; tn++)
+	{
+		AmrTreeRecord *rec = &amr_store.tree_records[tn];
+
+		if (tree_has_storage(rec, MyDatabaseId, spc, relfilenode, backend))
+			remember(PENDING_DROP_TREE, tn, rec->generation, InvalidOid);
+	}
+	LWLockRelease(&amr_shared->directory_lock);
+}
+
 static void
 amr_object_access(ObjectAccessType access, Oid classId, Oid objectId,
 				  int subId, void *arg)
@@ -443,10 +517,15 @@ amr_object_access(ObjectAccessType access, Oid classId, Oid objectId,
 	if (prev_object_access_hook)
 		prev_object_access_hook(access, classId, objectId, subId, arg);
 
+	if (access == OAT_DROP && classId == RelationRelationId && subId == 0 &&
+		amr_is_reconciled())
+		remember_drop_of_temp_index(objectId);
+
 	/*
-	 * Relations: see note_storage_drops().  Before the first reconciliation
-	 * of this server's life nothing is freed here: it will find the
-	 * database's directory gone and reclaim its trees as orphans.
+	 * Permanent relations: see note_storage_drops().  Before the first
+	 * reconciliation of this server's life nothing is freed here: it will
+	 * find the database's directory gone and reclaim its trees as orphans
+	 * (and it drops every temporary tree).
 	 */
 	if (access == OAT_DROP && classId == DatabaseRelationId && amr_is_reconciled())
 		remember(PENDING_DROP_DATABASE, 0, 0, objectId);
@@ -495,9 +574,9 @@ note_storage_drops(void)
 		{
 			AmrTreeRecord *rec = &amr_store.tree_records[tn];
 
-			if ((rec->state == AMR_TREE_VALID || rec->state == AMR_TREE_BUILDING) &&
-				rec->relfilenode == rels[i].relNode && rec->db_oid == rels[i].dbNode &&
-				rec->spc_oid == rels[i].spcNode)
+			/* PostgreSQL lists no temporary relation here */
+			if (tree_has_storage(rec, rels[i].dbNode, rels[i].spcNode, rels[i].relNode,
+								 InvalidBackendId))
 			{
 				remember(PENDING_DROP_TREE, tn, rec->generation, InvalidOid);
 				found = true;
@@ -647,20 +726,34 @@ amr_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  * it for an orphan.  REINDEX (TABLESPACE ...) rebuilds the tree where it
  * should be; we point there instead.
  */
+/* A tablespace as pg_class.reltablespace names it: 0 for the database's default. */
+static Oid
+stored_tablespace(Oid spc)
+{
+	return spc == MyDatabaseTableSpace ? InvalidOid : spc;
+}
+
 static void
-refuse_index_move(Oid indexoid)
+refuse_index_move(Oid indexoid, const char *new_tablespace)
 {
 	HeapTuple	tup;
 	Form_pg_class cls;
 	Oid			am = get_index_am_oid("amrtree", true);
+	Oid			target;
 
 	if (!OidIsValid(am) || !OidIsValid(indexoid))
+		return;
+	/* a tablespace that does not exist: PostgreSQL says so itself */
+	target = get_tablespace_oid(new_tablespace, true);
+	if (!OidIsValid(target))
 		return;
 	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(indexoid));
 	if (!HeapTupleIsValid(tup))
 		return;
 	cls = (Form_pg_class) GETSTRUCT(tup);
-	if (cls->relkind == RELKIND_INDEX && cls->relam == am)
+	/* to where it already is: a no-op for PostgreSQL, and so for us */
+	if (cls->relkind == RELKIND_INDEX && cls->relam == am &&
+		stored_tablespace(target) != cls->reltablespace)
 	{
 		char	   *name = quote_qualified_identifier(get_namespace_name(cls->relnamespace),
 													  NameStr(cls->relname));
@@ -711,15 +804,16 @@ amr_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTr
 				AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
 
 				if (cmd->subtype == AT_SetTableSpace)
-					refuse_index_move(RangeVarGetRelid(stmt->relation, NoLock, true));
+					refuse_index_move(RangeVarGetRelid(stmt->relation, NoLock, true), cmd->name);
 			}
 		}
 		else if (IsA(parsetree, AlterTableMoveAllStmt))
 		{
 			AlterTableMoveAllStmt *stmt = (AlterTableMoveAllStmt *) parsetree;
 			Oid			from = get_tablespace_oid(stmt->orig_tablespacename, true);
+			Oid			to = get_tablespace_oid(stmt->new_tablespacename, true);
 
-			if (stmt->objtype == OBJECT_INDEX &&
+			if (stmt->objtype == OBJECT_INDEX && from != to &&
 				database_has_trees(MyDatabaseId,
 								   from == InvalidOid || from == DEFAULTTABLESPACE_OID ?
 								   MyDatabaseTableSpace : from))

@@ -11,10 +11,14 @@
  */
 #include "amrtree.h"
 
+#include <math.h>
+
 #include "access/htup_details.h"
+#include "access/relation.h"
 #include "access/table.h"
 #include "catalog/index.h"
-#include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
 #include "commands/defrem.h"
 #include "funcapi.h"
 #include "utils/pg_lsn.h"
@@ -28,53 +32,149 @@
 #include "utils/inval.h"
 #include "utils/rel.h"
 #include "utils/relfilenodemap.h"
+#include "utils/rls.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 PG_FUNCTION_INFO_V1(amrtree_check);
 PG_FUNCTION_INFO_V1(amrtree_index_stats);
 PG_FUNCTION_INFO_V1(amrtree_pool_stats);
 PG_FUNCTION_INFO_V1(amrtree_leaf_entries);
+PG_FUNCTION_INFO_V1(amrtree_leaf_table);
+PG_FUNCTION_INFO_V1(amrtree_settle);
+PG_FUNCTION_INFO_V1(amrtree_tier_stats);
+PG_FUNCTION_INFO_V1(amrtree_migration_stats);
+PG_FUNCTION_INFO_V1(amrtree_ssd_cache_stats);
+
+/* What an inspection function does with an index, and so what it needs. */
+typedef enum AmrInspect
+{
+	AMR_INSPECT_SHAPE,			/* counts, sizes, placement: SELECT on the
+								 * table */
+	AMR_INSPECT_CONTENTS,		/* raw keys, TIDs, leaf boxes: SELECT, and no
+								 * row-level security in force for the
+								 * caller (EXECUTE is for superusers unless
+								 * granted, see the extension script) */
+	AMR_INSPECT_OWNER			/* moves leaves: ownership of the index */
+} AmrInspect;
+
+/* The access method of a relation, InvalidOid if it has none or is gone. */
+static Oid
+relation_am(Oid relid)
+{
+	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			am = InvalidOid;
+
+	if (HeapTupleIsValid(tup))
+	{
+		am = ((Form_pg_class) GETSTRUCT(tup))->relam;
+		ReleaseSysCache(tup);
+	}
+	return am;
+}
 
 /*
- * Open an amrtree index for inspection, after checking that the caller may
- * read its table.  The table is locked in "lockmode" and stays locked until
- * the end of the transaction.
+ * Open the amrtree index "indexoid" for an inspection function, after
+ * checking that the caller may (see AmrInspect) -- or, for a partitioned
+ * index, which has no tree of its own, the index of every leaf partition.
+ * Each table is locked before its index, with lockmode, until the end of the
+ * transaction.  Returns the list of open index Relations (possibly empty).
  */
-Relation
-amr_open_index_for_inspection(Oid indexoid, LOCKMODE lockmode)
+static List *
+open_for_inspection(Oid indexoid, AmrInspect what, LOCKMODE lockmode)
 {
-	Oid			heapoid = IndexGetRelation(indexoid, true);
-	AclResult	aclresult;
-	Relation	heap;
-	Relation	index;
+	char		relkind;
+	Oid			heapoid;
+	Oid			amoid;
+	char	   *name;
+	List	   *oids;
+	List	   *result = NIL;
+	ListCell   *lc;
 
 	/* before any lock: a standby refuses ours with a less helpful error */
 	amr_require_ready();
-	if (!OidIsValid(heapoid))
-	{
-		char	   *name = get_rel_name(indexoid);
-
-		if (name == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_TABLE),
-					 errmsg("relation with OID %u does not exist", indexoid)));
+	relkind = get_rel_relkind(indexoid);
+	name = get_rel_name(indexoid);
+	if (name == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation with OID %u does not exist", indexoid)));
+	if (relkind != RELKIND_INDEX && relkind != RELKIND_PARTITIONED_INDEX)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("\"%s\" is not an index", name)));
-	}
-	aclresult = pg_class_aclcheck(heapoid, GetUserId(), ACL_SELECT);
-	if (aclresult != ACLCHECK_OK)
-		aclcheck_error(aclresult, OBJECT_TABLE, get_rel_name(heapoid));
-
-	heap = table_open(heapoid, lockmode);
-	index = index_open(indexoid, lockmode);
-	table_close(heap, NoLock);
-	if (index->rd_rel->relam != get_index_am_oid("amrtree", false))
+	amoid = get_index_am_oid("amrtree", false);
+	if (relation_am(indexoid) != amoid)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s\" is not an amrtree index",
-						RelationGetRelationName(index))));
-	return index;
+				 errmsg("\"%s\" is not an amrtree index", name)));
+
+	heapoid = IndexGetRelation(indexoid, false);
+	if (what == AMR_INSPECT_OWNER)
+	{
+		if (!pg_class_ownercheck(indexoid, GetUserId()))
+			aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_INDEX, name);
+	}
+	else
+	{
+		AclResult	aclresult = pg_class_aclcheck(heapoid, GetUserId(), ACL_SELECT);
+
+		if (aclresult != ACLCHECK_OK)
+			aclcheck_error(aclresult, OBJECT_TABLE, get_rel_name(heapoid));
+	}
+
+	/* the partitions' indexes are listed unlocked and locked table first */
+	if (relkind == RELKIND_PARTITIONED_INDEX)
+		oids = find_all_inheritors(indexoid, NoLock, NULL);
+	else
+		oids = list_make1_oid(indexoid);
+	foreach(lc, oids)
+	{
+		Oid			ioid = lfirst_oid(lc);
+		Oid			toid;
+		Relation	heap;
+		Relation	index;
+
+		if (get_rel_relkind(ioid) != RELKIND_INDEX)
+			continue;			/* a partitioned index in between */
+		toid = IndexGetRelation(ioid, true);
+		if (!OidIsValid(toid) || (heap = try_relation_open(toid, lockmode)) == NULL)
+			continue;			/* a partition dropped meanwhile */
+		index = try_relation_open(ioid, lockmode);
+		relation_close(heap, NoLock);
+		if (index == NULL)
+			continue;
+		result = lappend(result, index);
+	}
+
+	/*
+	 * Raw entries would bypass row-level security, and they include rows
+	 * that other sessions have not committed: like pageinspect, they are
+	 * not for anyone row-level security restricts.  (Querying through a
+	 * partitioned table applies its policies, not the partitions', so the
+	 * table named is the one that counts.)
+	 */
+	if (what == AMR_INSPECT_CONTENTS &&
+		check_enable_rls(heapoid, InvalidOid, true) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("cannot read the entries of amrtree index \"%s\"", name),
+				 errdetail("Row-level security is enabled for table \"%s\", and raw index entries would bypass it.",
+						   get_rel_name(heapoid)),
+				 errhint("Query the table instead.")));
+	return result;
+}
+
+static void
+close_inspected(List *indexes)
+{
+	ListCell   *lc;
+
+	foreach(lc, indexes)
+		relation_close((Relation) lfirst(lc), NoLock);
+	list_free(indexes);
 }
 
 static void
@@ -243,7 +343,9 @@ check_orphan_trees(Relation index)
 		int			attempt;
 		bool		found = false;
 
+		/* temporary trees are other backends' business, gone at restart */
 		if (rec->state != AMR_TREE_VALID || rec->db_oid != MyDatabaseId ||
+			(rec->flags & AMR_TREE_FLAG_TEMP) ||
 			__atomic_load_n(&s->trees[tn].drops_pending, __ATOMIC_SEQ_CST) > 0)
 			continue;
 		/* pg_class says 0 for the database's default tablespace */
@@ -356,7 +458,10 @@ reread:
 			{
 				AmrFBox		b = amr_fbox_from_box(&en->key);
 
-				if (amr_box_has_nan(&en->key) || !amr_fbox_covers(&mbr, &b))
+				if (amr_box_has_nan(&en->key) != ((en->flags & AMR_ENTRY_FLAG_NAN) != 0))
+					corrupted(index, "entry %llu of leaf %u has a NaN flag that does not match its key",
+							  (unsigned long long) i, id);
+				if (!amr_fbox_covers(&mbr, &b))
 					corrupted(index, "entry %llu of leaf %u is not covered by the leaf's Leaf Table box",
 							  (unsigned long long) i, id);
 			}
@@ -388,60 +493,61 @@ reread:
 				  (unsigned long long) __atomic_load_n(&t->nentries, __ATOMIC_RELAXED));
 }
 
+/*
+ * amrtree_check(index): raise an ERROR naming the first broken invariant,
+ * return true otherwise.  Takes AccessShareLock, like amcheck's
+ * bt_index_check: while it looks at a tree it holds the tree lock
+ * exclusively (inserts, and VACUUM's leaf rewrites, which take it in shared
+ * mode, wait for that moment) and the tree's tier lock (no migration), but
+ * it never holds a relation lock that VACUUM or DDL would wait for beyond
+ * what a query holds.
+ */
 Datum
 amrtree_check(PG_FUNCTION_ARGS)
 {
 	Oid			indexoid = PG_GETARG_OID(0);
-	Relation	index;
-	AmrTree    *t;
+	List	   *indexes = open_for_inspection(indexoid, AMR_INSPECT_SHAPE, AccessShareLock);
+	ListCell   *lc;
 	uint8	   *seen;
-	char		buf[1024];
-	const char *problem;
-
-	/* ShareUpdateExclusiveLock keeps VACUUM out; inserts wait on the tree */
-	index = amr_open_index_for_inspection(indexoid, ShareUpdateExclusiveLock);
-	t = amr_tree_open(index);
-
-	/* no migrations of this tree while we look at it */
-	amr_tier_lock(t);
-	check_allocators(index);
-	check_orphan_trees(index);
+	bool		pool_checked = false;
 
 	seen = palloc_extended((Size) amr_store.lt_capacity + 1, MCXT_ALLOC_HUGE);
-	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
-	problem = amr_check_tree(&amr_store, t, seen, buf, sizeof(buf));
-	if (problem != NULL)
+	foreach(lc, indexes)
 	{
-		LWLockRelease(amr_tree_lock(t));
-		corrupted(index, "%s", problem);
-	}
-	check_leaves(index, t);
-	LWLockRelease(amr_tree_lock(t));
-	amr_tier_unlock();
+		Relation	index = (Relation) lfirst(lc);
+		AmrTree    *t = amr_tree_open(index);
+		char		buf[1024];
+		const char *problem;
 
+		/* no migrations of this tree while we look at it */
+		amr_tier_lock(t);
+		if (!pool_checked)
+		{
+			check_allocators(index);
+			check_orphan_trees(index);
+			pool_checked = true;
+		}
+		LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+		problem = amr_check_tree(&amr_store, t, seen, buf, sizeof(buf));
+		if (problem != NULL)
+		{
+			LWLockRelease(amr_tree_lock(t));
+			corrupted(index, "%s", problem);
+		}
+		check_leaves(index, t);
+		LWLockRelease(amr_tree_lock(t));
+		amr_tier_unlock();
+	}
 	pfree(seen);
-	index_close(index, NoLock);
+	close_inspected(indexes);
 	PG_RETURN_BOOL(true);
 }
 
-Datum
-amrtree_index_stats(PG_FUNCTION_ARGS)
+/* Leaves of a tree per tier, counted in the Leaf Table. */
+static void
+count_leaves(const AmrTree *t, uint64 *pmem_leaves, uint64 *ssd_leaves)
 {
-	Oid			indexoid = PG_GETARG_OID(0);
-	Relation	index;
-	AmrTree    *t;
-	TupleDesc	tupdesc;
-	Datum		values[7];
-	bool		nulls[7] = {0};
-	uint64		pmem_leaves = 0;
-	uint64		ssd_leaves = 0;
 	uint32		id;
-
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-
-	index = amr_open_index_for_inspection(indexoid, AccessShareLock);
-	t = amr_tree_open(index);
 
 	for (id = 0; id < amr_store.lt_capacity; id++)
 	{
@@ -450,25 +556,61 @@ amrtree_index_stats(PG_FUNCTION_ARGS)
 		if (!amr_lt_owned_by(&amr_store, id, word, t->tree_no, t->generation))
 			continue;
 		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
-			pmem_leaves++;
+			(*pmem_leaves)++;
 		else if (AMR_WORD_TIER(word) == AMR_TIER_SSD)
-			ssd_leaves++;
+			(*ssd_leaves)++;
 	}
+}
 
-	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
-	values[0] = Int32GetDatum((int32) t->height);
-	values[1] = Int64GetDatum((int64) __atomic_load_n(&t->ninner, __ATOMIC_RELAXED));
-	LWLockRelease(amr_tree_lock(t));
+/*
+ * amrtree_index_stats(index): shape and size per tier; for a partitioned
+ * index, the sums over its partitions (height: the tallest).
+ */
+Datum
+amrtree_index_stats(PG_FUNCTION_ARGS)
+{
+	Oid			indexoid = PG_GETARG_OID(0);
+	List	   *indexes;
+	ListCell   *lc;
+	TupleDesc	tupdesc;
+	Datum		values[7];
+	bool		nulls[7] = {0};
+	int32		height = 0;
+	uint64		inner = 0;
+	uint64		entries = 0;
+	uint64		pmem_leaves = 0;
+	uint64		ssd_leaves = 0;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	indexes = open_for_inspection(indexoid, AMR_INSPECT_SHAPE, AccessShareLock);
+	foreach(lc, indexes)
+	{
+		AmrTree    *t = amr_tree_open((Relation) lfirst(lc));
+
+		count_leaves(t, &pmem_leaves, &ssd_leaves);
+		LWLockAcquire(amr_tree_lock(t), LW_SHARED);
+		height = Max(height, (int32) t->height);
+		inner += __atomic_load_n(&t->ninner, __ATOMIC_RELAXED);
+		LWLockRelease(amr_tree_lock(t));
+		entries += __atomic_load_n(&t->nentries, __ATOMIC_RELAXED);
+	}
+	close_inspected(indexes);
+
+	values[0] = Int32GetDatum(height);
+	values[1] = Int64GetDatum((int64) inner);
 	values[2] = Int64GetDatum((int64) (pmem_leaves + ssd_leaves));
-	values[3] = Int64GetDatum((int64) __atomic_load_n(&t->nentries, __ATOMIC_RELAXED));
-	values[4] = Int64GetDatum((int64) (DatumGetInt64(values[1]) * sizeof(AmrInnerNode)));
+	values[3] = Int64GetDatum((int64) entries);
+	values[4] = Int64GetDatum((int64) (inner * sizeof(AmrInnerNode)));
 	values[5] = Int64GetDatum((int64) (pmem_leaves * AMR_SLOT_SIZE));
 	values[6] = Int64GetDatum((int64) (ssd_leaves * AMR_SLOT_SIZE));
-
-	index_close(index, NoLock);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
+/*
+ * amrtree_pool_stats(): cluster-wide usage.  EXECUTE is granted to
+ * pg_monitor by the extension script, so administrators may delegate it.
+ */
 Datum
 amrtree_pool_stats(PG_FUNCTION_ARGS)
 {
@@ -481,11 +623,6 @@ amrtree_pool_stats(PG_FUNCTION_ARGS)
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	if (!has_privs_of_role(GetUserId(), ROLE_PG_MONITOR))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for function amrtree_pool_stats"),
-				 errhint("Only roles with privileges of pg_monitor may see pool statistics.")));
 	amr_require_ready();
 
 	for (tn = 0; tn < AMR_MAX_TREES; tn++)
@@ -511,67 +648,334 @@ amrtree_pool_stats(PG_FUNCTION_ARGS)
 }
 
 /*
- * Every entry of every leaf of an index, like pageinspect's page items:
- * (leaf_id, entry, tid, box, insert_lsn, dead).  For diagnosis; it reads the
- * whole index.
+ * amrtree_ssd_cache_stats(): the SSD cache is shared by every index of the
+ * cluster, so these are cluster-wide counters, like pg_stat_bgwriter's.
+ * EXECUTE is granted to pg_monitor by the extension script.
+ */
+Datum
+amrtree_ssd_cache_stats(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[4];
+	bool		nulls[4] = {0};
+	uint64		counters[4];
+	int			i;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	amr_require_ready();
+	amr_ssd_cache_counters(&counters[0], &counters[1], &counters[2], &counters[3]);
+	for (i = 0; i < 4; i++)
+		values[i] = Int64GetDatum((int64) counters[i]);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/*
+ * amrtree_leaf_entries(index): every entry of every leaf, like
+ * pageinspect's page items: (leaf_id, entry, tid, box, insert_lsn, dead).
+ * For diagnosis; it reads the whole index.  Raw contents: see AmrInspect.
  */
 Datum
 amrtree_leaf_entries(PG_FUNCTION_ARGS)
 {
 	Oid			indexoid = PG_GETARG_OID(0);
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Relation	index;
-	AmrTree    *t;
+	List	   *indexes;
+	ListCell   *lc;
 	AmrLeaf    *buf;
-	uint32		id;
 
 	InitMaterializedSRF(fcinfo, 0);
-	index = amr_open_index_for_inspection(indexoid, AccessShareLock);
-	t = amr_tree_open(index);
+	indexes = open_for_inspection(indexoid, AMR_INSPECT_CONTENTS, AccessShareLock);
 	buf = amr_alloc_leaf_buffer();
-
-	for (id = 0; id < amr_store.lt_capacity; id++)
+	foreach(lc, indexes)
 	{
-		uint64		word = amr_lt_word(&amr_store, id);
-		uint64		i,
-					n;
+		Relation	index = (Relation) lfirst(lc);
+		AmrTree    *t = amr_tree_open(index);
+		uint32		id;
 
-		if ((id & 0xFFF) == 0)
-			CHECK_FOR_INTERRUPTS();
-		if (!amr_lt_owned_by(&amr_store, id, word, t->tree_no, t->generation))
-			continue;
-		if (amr_leaf_copy(index, t, id, buf, NULL, NULL) == 0)
-			continue;
-		n = buf->hdr.nentries;
-
-		for (i = 0; i < n; i++)
+		for (id = 0; id < amr_store.lt_capacity; id++)
 		{
-			const AmrLeafEntry *en = &buf->entries[i];
+			uint64		word = amr_lt_word(&amr_store, id);
+			uint64		i;
+
+			if ((id & 0xFFF) == 0)
+				CHECK_FOR_INTERRUPTS();
+			if (!amr_lt_owned_by(&amr_store, id, word, t->tree_no, t->generation))
+				continue;
+			if (amr_leaf_copy(index, t, id, buf, NULL, NULL) == 0)
+				continue;
+			for (i = 0; i < buf->hdr.nentries; i++)
+			{
+				const AmrLeafEntry *en = &buf->entries[i];
+				Datum		values[6];
+				bool		nulls[6] = {0};
+				ItemPointer tid = palloc(sizeof(ItemPointerData));
+
+				memcpy(tid, &en->tid_blk_hi, sizeof(ItemPointerData));
+				values[0] = Int64GetDatum((int64) id);
+				values[1] = Int32GetDatum((int32) i);
+				values[2] = PointerGetDatum(tid);
+				if (en->flags & AMR_ENTRY_FLAG_NULL)
+					nulls[3] = true;
+				else
+					values[3] = BoxPGetDatum(amr_box_to_pg(&en->key));
+				values[4] = LSNGetDatum((XLogRecPtr) en->insert_lsn);
+				values[5] = BoolGetDatum((en->flags & AMR_ENTRY_FLAG_DEAD) != 0);
+				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			}
+		}
+	}
+	close_inspected(indexes);
+	return (Datum) 0;
+}
+
+/*
+ * amrtree_leaf_table(index): one row per leaf of the index (tier, version,
+ * live entries, hotness, box).  Raw contents: see AmrInspect.
+ */
+Datum
+amrtree_leaf_table(PG_FUNCTION_ARGS)
+{
+	Oid			indexoid = PG_GETARG_OID(0);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	AmrStore   *s = &amr_store;
+	double		now = amr_now_seconds();
+	List	   *indexes;
+	ListCell   *lc;
+
+	InitMaterializedSRF(fcinfo, 0);
+	indexes = open_for_inspection(indexoid, AMR_INSPECT_CONTENTS, AccessShareLock);
+	foreach(lc, indexes)
+	{
+		AmrTree    *t = amr_tree_open((Relation) lfirst(lc));
+		uint32		id;
+
+		for (id = 0; id < s->lt_capacity; id++)
+		{
+			const AmrLeafTableEntry *e = &s->lt[id];
+			uint64		word = amr_lt_word(s, id);
 			Datum		values[6];
 			bool		nulls[6] = {0};
-			ItemPointer tid = palloc(sizeof(ItemPointerData));
+			AmrFBox		m;
+			int32		entries;
 
-			memcpy(tid, &en->tid_blk_hi, sizeof(ItemPointerData));
+			if ((id & 0xFFFF) == 0)
+				CHECK_FOR_INTERRUPTS();
+			if (!amr_lt_owned_by(s, id, word, t->tree_no, t->generation))
+				continue;
+			if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+			{
+				LWLockAcquire(amr_leaf_lock(id), LW_SHARED);
+				word = amr_lt_word(s, id);
+				entries = AMR_WORD_TIER(word) == AMR_TIER_PMEM
+					? (int32) amr_leaf_live_entries(amr_pmem_slot(s, AMR_WORD_SLOT(word)))
+					: (int32) e->entries;
+				LWLockRelease(amr_leaf_lock(id));
+			}
+			else
+				entries = (int32) e->entries;
+			m = amr_lt_mbr(s, id, word);
 			values[0] = Int64GetDatum((int64) id);
-			values[1] = Int32GetDatum((int32) i);
-			values[2] = PointerGetDatum(tid);
-			if (en->flags & AMR_ENTRY_FLAG_NULL)
-				nulls[3] = true;
+			values[1] = CStringGetTextDatum(AMR_WORD_TIER(word) == AMR_TIER_SSD ? "ssd" : "pmem");
+			values[2] = Int64GetDatum((int64) AMR_WORD_VERSION(word));
+			values[3] = Int32GetDatum(entries);
+			values[4] = Float8GetDatum(amr_hotness_now(&s->leaves[id], now, amr_decay_lambda));
+			if (amr_fbox_is_empty(&m) || (e->flags & AMR_LT_FLAG_NULLS))
+				nulls[5] = true;
 			else
 			{
-				BOX		   *b = palloc(sizeof(BOX));
+				AmrBox		b = {m.xlo, m.ylo, m.xhi, m.yhi};
 
-				b->low.x = en->key.xlo;
-				b->low.y = en->key.ylo;
-				b->high.x = en->key.xhi;
-				b->high.y = en->key.yhi;
-				values[3] = BoxPGetDatum(b);
+				values[5] = BoxPGetDatum(amr_box_to_pg(&b));
 			}
-			values[4] = LSNGetDatum((XLogRecPtr) en->insert_lsn);
-			values[5] = BoolGetDatum((en->flags & AMR_ENTRY_FLAG_DEAD) != 0);
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		}
 	}
-	index_close(index, NoLock);
+	close_inspected(indexes);
 	return (Datum) 0;
+}
+
+static void
+wait_seconds(double seconds)
+{
+	TimestampTz end = GetCurrentTimestamp() + (TimestampTz) (seconds * USECS_PER_SEC);
+
+	for (;;)
+	{
+		long		ms = (long) ((end - GetCurrentTimestamp()) / 1000);
+
+		if (ms <= 0)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(ms, 1000L), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+static uint64
+settle_cycle(AmrTree *t)
+{
+	uint64		moved;
+
+	amr_tier_lock(t);
+	PG_TRY();
+	{
+		moved = amr_tier_cycle_tree(t);
+	}
+	PG_FINALLY();
+	{
+		amr_tier_unlock();
+	}
+	PG_END_TRY();
+	return moved;
+}
+
+/*
+ * amrtree_settle(index, settle_seconds): paper 3.2 c -- scan, budget check
+ * and queue processing now, sleep, and again, repeated until a cycle has
+ * nothing left to move.  Returns the moves made.  It moves leaves, so it is
+ * for the index's owner.
+ */
+Datum
+amrtree_settle(PG_FUNCTION_ARGS)
+{
+	Oid			indexoid = PG_GETARG_OID(0);
+	double		seconds = PG_GETARG_FLOAT8(1);
+	List	   *indexes;
+	ListCell   *lc;
+	uint64		moved = 0;
+
+	if (isnan(seconds) || seconds < 0 || seconds > 3600)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("settle_seconds must be between 0 and 3600")));
+	indexes = open_for_inspection(indexoid, AMR_INSPECT_OWNER, AccessShareLock);
+	foreach(lc, indexes)
+		moved += settle_cycle(amr_tree_open((Relation) lfirst(lc)));
+	wait_seconds(seconds);
+	foreach(lc, indexes)
+	{
+		AmrTree    *t = amr_tree_open((Relation) lfirst(lc));
+		uint64		last;
+		int			rounds = 0;
+
+		do
+		{
+			last = settle_cycle(t);
+			moved += last;
+		} while (last > 0 && ++rounds < 100);
+	}
+	close_inspected(indexes);
+	PG_RETURN_INT64((int64) moved);
+}
+
+/*
+ * amrtree_tier_stats(index): leaves and bytes per tier with the PMEM
+ * budget; for a partitioned index the sums (the budget is NULL if any
+ * partition has none).
+ */
+Datum
+amrtree_tier_stats(PG_FUNCTION_ARGS)
+{
+	Oid			indexoid = PG_GETARG_OID(0);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	List	   *indexes;
+	ListCell   *lc;
+	int64		leaves[3] = {0};
+	int64		bytes[3] = {0};
+	int64		budget_bytes = 0;
+	bool		budget_null = false;
+	int			i;
+
+	InitMaterializedSRF(fcinfo, 0);
+	indexes = open_for_inspection(indexoid, AMR_INSPECT_SHAPE, AccessShareLock);
+	if (indexes == NIL)
+		budget_null = true;
+	foreach(lc, indexes)
+	{
+		AmrTree    *t = amr_tree_open((Relation) lfirst(lc));
+		int64		dram = (int64) __atomic_load_n(&t->dram_leaves, __ATOMIC_RELAXED);
+		int64		pmem = (int64) __atomic_load_n(&t->pmem_leaves, __ATOMIC_RELAXED);
+		int64		ssd = (int64) __atomic_load_n(&t->ssd_leaves, __ATOMIC_RELAXED);
+
+		/* DRAM: the inner nodes, and leaves held there by rule R6 */
+		leaves[0] += dram;
+		bytes[0] += (int64) __atomic_load_n(&t->ninner, __ATOMIC_RELAXED) * sizeof(AmrInnerNode) +
+			dram * AMR_SLOT_SIZE;
+		leaves[1] += pmem;
+		bytes[1] += pmem * AMR_SLOT_SIZE;
+		leaves[2] += ssd;
+		bytes[2] += ssd * AMR_SLOT_SIZE;
+		if (t->budget_kind == AMR_BUDGET_UNLIMITED || !t->tiering)
+			budget_null = true;
+		else
+			budget_bytes += t->budget_kind == AMR_BUDGET_BYTES ? (int64) t->budget_value
+				: (int64) amr_budget_leaves(t, 0) * AMR_SLOT_SIZE;
+	}
+	close_inspected(indexes);
+
+	for (i = 0; i < 3; i++)
+	{
+		static const char *const names[] = {"dram", "pmem", "ssd"};
+		Datum		values[4];
+		bool		nulls[4] = {0};
+
+		values[0] = CStringGetTextDatum(names[i]);
+		values[1] = Int64GetDatum(leaves[i]);
+		values[2] = Int64GetDatum(bytes[i]);
+		if (i != 1 || budget_null)
+			nulls[3] = true;
+		else
+			values[3] = Int64GetDatum(budget_bytes);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/*
+ * amrtree_migration_stats(index): what the tier manager did since the
+ * server started; for a partitioned index the sums (last_scan: the latest).
+ */
+Datum
+amrtree_migration_stats(PG_FUNCTION_ARGS)
+{
+	Oid			indexoid = PG_GETARG_OID(0);
+	List	   *indexes;
+	ListCell   *lc;
+	TupleDesc	tupdesc;
+	Datum		values[7];
+	bool		nulls[7] = {0};
+	uint64		sums[6] = {0};
+	double		last_scan = 0;
+	int			i;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	indexes = open_for_inspection(indexoid, AMR_INSPECT_SHAPE, AccessShareLock);
+	foreach(lc, indexes)
+	{
+		AmrTree    *t = amr_tree_open((Relation) lfirst(lc));
+
+		/* SSD leaves rewritten to PMEM by writes count as promotions too */
+		sums[0] += __atomic_load_n(&t->promotions, __ATOMIC_RELAXED) +
+			__atomic_load_n(&t->write_promotions, __ATOMIC_RELAXED);
+		sums[1] += __atomic_load_n(&t->demotions, __ATOMIC_RELAXED);
+		sums[2] += __atomic_load_n(&t->bytes_moved, __ATOMIC_RELAXED);
+		sums[3] += __atomic_load_n(&t->budget_demotions, __ATOMIC_RELAXED);
+		sums[4] += __atomic_load_n(&t->rule_demotions, __ATOMIC_RELAXED);
+		sums[5] += __atomic_load_n(&t->scans, __ATOMIC_RELAXED);
+		last_scan = Max(last_scan, t->last_scan);
+	}
+	close_inspected(indexes);
+
+	for (i = 0; i < 6; i++)
+		values[i] = Int64GetDatum((int64) sums[i]);
+	if (last_scan <= 0)
+		nulls[6] = true;
+	else
+		values[6] = TimestampTzGetDatum((TimestampTz)
+										((last_scan - (double) ((POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY))
+										 * USECS_PER_SEC));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

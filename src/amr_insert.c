@@ -31,10 +31,28 @@
  */
 #include "amrtree.h"
 
+#include "access/xact.h"
 #include "miscadmin.h"
+#include "storage/predicate.h"
 #include "storage/itemptr.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+
+/*
+ * SERIALIZABLE: report the write of an entry into a leaf whose path widened
+ * the boxes of "nodes" (see amr_pred_leaf_block).  Called after the change
+ * is made, so that a scan which read the leaf or a node before the change
+ * has its predicate lock in place by then (scans lock before they read).
+ */
+static void
+check_write_conflicts(Relation index, uint32 leaf_id, const uint32 *nodes, int nnodes)
+{
+	int			i;
+
+	CheckForSerializableConflictIn(index, NULL, amr_pred_leaf_block(leaf_id));
+	for (i = 0; i < nnodes; i++)
+		CheckForSerializableConflictIn(index, NULL, amr_pred_node_block(nodes[i]));
+}
 
 /* Fast path; returns false if the tree side is empty or the leaf is not a
  * PMEM leaf with room. */
@@ -46,6 +64,9 @@ try_append(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 	AmrPath		path;
 	uint32		leaf_id;
 	bool		done = false;
+	bool		serializable = IsolationIsSerializable();
+	uint32		widened[AMR_MAX_HEIGHT];
+	int			nwidened = 0;
 
 	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
 	leaf_id = amr_choose_leaf(s, t, nulls, box, &path);
@@ -64,7 +85,11 @@ try_append(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 				(dead = amr_leaf_find_dead(leaf)) >= 0)
 			{
 				if (!nulls)
+				{
+					if (serializable)
+						nwidened = amr_path_nodes_to_enlarge(s, &path, box, widened);
 					amr_path_enlarge(s, &path, box);
+				}
 				if (dead < 0)
 					amr_leaf_append_pmem(s, leaf_id, leaf, e, box);
 				else
@@ -78,6 +103,8 @@ try_append(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 		LWLockRelease(amr_leaf_lock(leaf_id));
 	}
 	LWLockRelease(amr_tree_lock(t));
+	if (done && serializable)
+		check_write_conflicts(index, leaf_id, widened, nwidened);
 	return done;
 }
 
@@ -125,6 +152,8 @@ add_first_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 	AmrReservation r;
 	AmrPath		path;
 	bool		done = false;
+	uint32		root = AMR_INVALID_NODE;
+	uint32		leaf_id = AMR_INVALID_LEAF;
 
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
 	reserve_with_fallback(index, 0, amr_new_image_tier(t, 1, 1), AMR_TIER_NONE, true, &r);
@@ -137,6 +166,9 @@ add_first_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 		LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
 		if (amr_choose_leaf(s, t, nulls, box, &path) == AMR_INVALID_LEAF)
 		{
+			/* the root node gets its first entry */
+			root = nulls ? t->null_root : t->root;
+			leaf_id = r.new_leaf;
 			START_CRIT_SECTION();
 			amr_first_leaf_commit(s, t, e, img, nulls, &r);
 			__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
@@ -153,6 +185,8 @@ add_first_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 	PG_END_TRY();
 	amr_release_reservation(s, &r);
 	LWLockRelease(&amr_shared->publish_lock);
+	if (done)
+		check_write_conflicts(index, leaf_id, &root, 1);
 	return done;
 }
 
@@ -172,6 +206,8 @@ rewrite_with_entry(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls
 	AmrFBox		mbr;
 	uint64		i;
 	bool		done = false;
+	uint32		widened[AMR_MAX_HEIGHT];
+	int			nwidened = 0;
 
 	amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation,
 						AMR_WORD_VERSION(word) + 1, nulls);
@@ -200,7 +236,10 @@ rewrite_with_entry(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls
 				uint64		old;
 
 				if (!nulls)
+				{
+					nwidened = amr_path_nodes_to_enlarge(s, &path, box, widened);
 					amr_path_enlarge(s, &path, box);
+				}
 				START_CRIT_SECTION();
 				old = amr_lt_switch(s, leaf_id, r.tier_left, r.slot_left, &mbr, img);
 				AMR_FAULT_POINT("rewrite:after_switch");
@@ -227,7 +266,36 @@ rewrite_with_entry(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls
 	PG_END_TRY();
 	amr_release_reservation(s, &r);
 	LWLockRelease(&amr_shared->publish_lock);
+	if (done)
+		check_write_conflicts(index, leaf_id, widened, nwidened);
 	return done;
+}
+
+/*
+ * SERIALIZABLE: after a split, with the tree still held exclusively (so no
+ * insert can reach the new leaf or nodes first), give them the predicate
+ * locks of what they were split from, as GiST does for pages; and return in
+ * nodes[] the path's nodes the split changed: the leaf's parent, each node
+ * that split and its parent, and those widened for the entry (a suffix of
+ * the path all of them).
+ */
+static int
+split_moves_locks(Relation index, const AmrPath *path, uint32 leaf_id, uint32 right_leaf,
+				  const AmrNodeSplits *splits, int nwidened, uint32 *nodes)
+{
+	int			first = path->depth - 1 - splits->n;
+	int			n = 0;
+	int			d;
+	int			i;
+
+	PredicateLockPageSplit(index, amr_pred_leaf_block(leaf_id), amr_pred_leaf_block(right_leaf));
+	for (i = 0; i < splits->n; i++)
+		PredicateLockPageSplit(index, amr_pred_node_block(splits->from[i]),
+							   amr_pred_node_block(splits->to[i]));
+	first = Min(first, path->depth - nwidened);
+	for (d = Max(first, 0); d < path->depth; d++)
+		nodes[n++] = path->node[d];
+	return n;
 }
 
 /* A full leaf: split it, optimistically.  *need carries the inner nodes
@@ -245,6 +313,8 @@ split_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 	uint32		tier_right = amr_new_image_tier(t, 1, 1);
 	uint32		tier_left;
 	bool		done = false;
+	uint32		changed[AMR_MAX_HEIGHT];
+	int			nchanged = 0;
 
 	/* a PMEM leaf keeps its tier; an SSD leaf comes to PMEM if there is room */
 	if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
@@ -278,13 +348,21 @@ split_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 					(AMR_WORD_TIER(word) != AMR_TIER_PMEM ||
 					 pmem_image_unchanged(amr_pmem_slot(s, AMR_WORD_SLOT(word)), snap)))
 				{
+					uint32		widened[AMR_MAX_HEIGHT];
+					int			nwidened = 0;
+
 					if (!nulls)
+					{
+						nwidened = amr_path_nodes_to_enlarge(s, &path, box, widened);
 						amr_path_enlarge(s, &path, box);
+					}
 					START_CRIT_SECTION();
 					amr_split_commit(s, t, leaf_id, word, &path, nulls, &r, left, right,
 									 &lbox, &rbox);
 					__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
 					END_CRIT_SECTION();
+					nchanged = split_moves_locks(index, &path, leaf_id, right->hdr.leaf_id,
+												 &r.splits, nwidened, changed);
 					amr_cache_refresh(leaf_id, left);
 					amr_ssd_cache_put(t, leaf_id, amr_lt_word(s, leaf_id), left);
 					amr_ssd_cache_put(t, right->hdr.leaf_id,
@@ -305,6 +383,8 @@ split_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 	PG_END_TRY();
 	amr_release_reservation(s, &r);
 	LWLockRelease(&amr_shared->publish_lock);
+	if (done)
+		check_write_conflicts(index, leaf_id, changed, nchanged);
 	return done;
 }
 
@@ -385,7 +465,12 @@ amrinsert(Relation index, Datum *values, bool *isnull, ItemPointer ht_ctid,
 	if (isnull[0])
 		e.flags = AMR_ENTRY_FLAG_NULL;
 	else
-		amr_box_from_datum(index, values[0], &e.key);
+	{
+		AmrBox		key;
+
+		amr_box_from_datum(index, values[0], &key);
+		amr_entry_set_key(&e, &key);
+	}
 	StaticAssertStmt(sizeof(ItemPointerData) == 6, "ItemPointerData layout");
 	memcpy(&e.tid_blk_hi, ht_ctid, sizeof(ItemPointerData));
 	/* taken after the heap insert, so it lies at or beyond its WAL record */

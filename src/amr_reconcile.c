@@ -10,8 +10,9 @@
  *	1. resolves trees left BUILDING by a crash (committed creator: VALID;
  *	   otherwise the tree is dropped), finishes interrupted drops, drops
  *	   every tree if the data directory's history was reset (a restored
- *	   backup, a promoted standby: see note_history_reset), and reclaims
- *	   orphans: trees whose index no longer exists;
+ *	   backup, a promoted standby: see note_history_reset), drops the trees
+ *	   of temporary tables (whose backends are gone), and reclaims orphans:
+ *	   trees whose index no longer exists;
  *	2. walks the Leaf Table once: a leaf survives if its tree is live, its
  *	   generation matches, and -- if it came from a split -- its origin's
  *	   version has moved past the split (otherwise the split never reached
@@ -369,6 +370,7 @@ amr_reconcile(void)
 	uint32		live_leaves = 0;
 	uint32		orphans = 0;
 	uint32		stale = 0;
+	uint32		temporary = 0;
 	uint64		pruned = 0;
 	AmrPoolHeader *hdr = s->header;
 	bool		history_reset = hdr->history_reset != 0;
@@ -434,6 +436,12 @@ amr_reconcile(void)
 			persist_state(rec, AMR_TREE_DROPPED);
 			stale++;
 		}
+		else if (rec->state == AMR_TREE_VALID && (rec->flags & AMR_TREE_FLAG_TEMP))
+		{
+			/* no temporary relation outlives the backends of a server life */
+			persist_state(rec, AMR_TREE_DROPPED);
+			temporary++;
+		}
 		else if (rec->state == AMR_TREE_VALID && tree_owner_gone(rec, tn))
 		{
 			persist_state(rec, AMR_TREE_DROPPED);
@@ -449,6 +457,10 @@ amr_reconcile(void)
 		ereport(LOG,
 				(errmsg("amrtree: reclaiming the trees of %u indexes that no longer exist",
 						orphans)));
+	if (temporary > 0)
+		ereport(LOG,
+				(errmsg("amrtree: reclaiming the trees of %u indexes of temporary tables",
+						temporary)));
 
 	/* the WAL position entries are pruned to, if a crash preceded us */
 	if (hdr->prune_horizon != 0)

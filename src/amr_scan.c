@@ -16,15 +16,19 @@
  *
  * Leaf predicates reproduce PostgreSQL's box operators exactly; a query box
  * with a NaN coordinate is evaluated with the operator itself and prunes
- * nothing, so the index returns exactly what a sequential scan returns.
+ * nothing, and so is a key with a NaN coordinate (its bounding box is
+ * infinite on that side), so the index returns exactly what a sequential
+ * scan returns.
  *
  *-------------------------------------------------------------------------
  */
 #include "amrtree.h"
 
 #include "access/relscan.h"
+#include "access/xact.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/predicate.h"
 #include "utils/geo_decls.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -53,6 +57,7 @@ typedef struct AmrScanOpaqueData
 	uint32		cand_pos;
 
 	bool		need_pins;
+	bool		predicate_locks;	/* SERIALIZABLE: lock what we read */
 	uint32		pinned_leaf;
 	int			nitems;
 	int			item_pos;
@@ -165,10 +170,7 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 		q = DatumGetBoxP(sk->sk_argument);
 		k = &so->keys[so->nkeys];
 		k->strategy = sk->sk_strategy;
-		k->query.xlo = q->low.x;
-		k->query.ylo = q->low.y;
-		k->query.xhi = q->high.x;
-		k->query.yhi = q->high.y;
+		amr_box_from_pg(q, &k->query);
 		k->prune = !amr_box_has_nan(&k->query);
 		so->pgkeys[so->nkeys] = sk;
 		so->nkeys++;
@@ -187,6 +189,7 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 	 */
 	so->need_pins = scan->xs_want_itup ||
 		(scan->xs_snapshot != NULL && !IsMVCCSnapshot(scan->xs_snapshot));
+	so->predicate_locks = IsolationIsSerializable();
 }
 
 /*
@@ -208,6 +211,15 @@ check_tree_unchanged(IndexScanDesc scan)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("amrtree index \"%s\" was dropped or rebuilt while a scan was reading it",
 						RelationGetRelationName(scan->indexRelation))));
+}
+
+/* AmrVisitFn: predicate-lock an inner node before the search reads it. */
+static void
+lock_node_for_read(uint32 node_id, void *arg)
+{
+	IndexScanDesc scan = (IndexScanDesc) arg;
+
+	PredicateLockPage(scan->indexRelation, amr_pred_node_block(node_id), scan->xs_snapshot);
 }
 
 static void
@@ -232,9 +244,11 @@ start_scan(IndexScanDesc scan)
 	so->start_nsn = __atomic_load_n(&t->nsn, __ATOMIC_SEQ_CST);
 	if (so->want_box_side)
 		amr_collect_leaves(&amr_store, t, false, so->keys, so->nkeys, &so->cand,
+						   so->predicate_locks ? lock_node_for_read : NULL, scan,
 						   scan_realloc, so->scan_cxt);
 	if (so->want_null_side)
 		amr_collect_leaves(&amr_store, t, true, NULL, 0, &so->cand,
+						   so->predicate_locks ? lock_node_for_read : NULL, scan,
 						   scan_realloc, so->scan_cxt);
 	LWLockRelease(amr_tree_lock(t));
 }
@@ -242,11 +256,13 @@ start_scan(IndexScanDesc scan)
 static bool
 entry_matches(AmrScanOpaque so, const AmrLeafEntry *e)
 {
+	/* a key with NaN coordinates: exactly as the operator decides */
+	bool		use_operator = (e->flags & AMR_ENTRY_FLAG_NAN) != 0;
 	int			k;
 
 	for (k = 0; k < so->nkeys; k++)
 	{
-		if (so->keys[k].prune)
+		if (so->keys[k].prune && !use_operator)
 		{
 			if (!amr_leaf_match(so->keys[k].strategy, &e->key, &so->keys[k].query))
 				return false;
@@ -256,10 +272,7 @@ entry_matches(AmrScanOpaque so, const AmrLeafEntry *e)
 			ScanKey		sk = so->pgkeys[k];
 			BOX			b;
 
-			b.low.x = e->key.xlo;
-			b.low.y = e->key.ylo;
-			b.high.x = e->key.xhi;
-			b.high.y = e->key.yhi;
+			amr_box_set_pg(&b, &e->key);
 			if (!DatumGetBool(FunctionCall2Coll(&sk->sk_func, sk->sk_collation,
 												BoxPGetDatum(&b), sk->sk_argument)))
 				return false;
@@ -352,6 +365,10 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 		amr_pin_leaf(t, leaf_id);
 		so->pinned_leaf = leaf_id;
 	}
+	/* before reading it: a write after our read must find the lock */
+	if (so->predicate_locks)
+		PredicateLockPage(scan->indexRelation, amr_pred_leaf_block(leaf_id),
+						  scan->xs_snapshot);
 
 	LWLockAcquire(amr_leaf_lock(leaf_id), LW_SHARED);
 	word = amr_lt_word(s, leaf_id);
@@ -463,15 +480,7 @@ amrgettuple(IndexScanDesc scan, ScanDirection dir)
 				bool		isnull = so->isnull[i];
 
 				if (!isnull)
-				{
-					BOX		   *b = palloc(sizeof(BOX));
-
-					b->low.x = so->boxes[i].xlo;
-					b->low.y = so->boxes[i].ylo;
-					b->high.x = so->boxes[i].xhi;
-					b->high.y = so->boxes[i].yhi;
-					value = BoxPGetDatum(b);
-				}
+					value = BoxPGetDatum(amr_box_to_pg(&so->boxes[i]));
 				scan->xs_itup = index_form_tuple(scan->xs_itupdesc, &value, &isnull);
 				MemoryContextSwitchTo(old);
 			}

@@ -119,22 +119,41 @@ random_pool_id(void)
 	return id ? id : 1;
 }
 
-/* Make the default directory under the data directory (0700, like PGDATA). */
-static void
-ensure_parent_directory(const char *path)
+/*
+ * The directory a pool or slot file goes into must exist -- except our own
+ * default one in the data directory, pg_amrtree, which we create (0700,
+ * like PGDATA).  Creating any other missing directory would turn a typo in
+ * amrtree.ssd_path into a slot file on whatever disk the typo names.
+ * Returns false (after pool_fail) if the directory is missing.
+ */
+static bool
+prepare_parent_directory(const char *path, const char *setting)
 {
 	char		dir[MAXPGPATH];
+	char		detail[MAXPGPATH + 64];
 	char	   *slash;
+	struct stat st;
 
 	strlcpy(dir, path, sizeof(dir));
 	slash = strrchr(dir, '/');
 	if (slash == NULL || slash == dir)
-		return;
+		return true;
 	*slash = '\0';
-	if (mkdir(dir, S_IRWXU) != 0 && errno != EEXIST)
-		ereport(LOG,
-				(errcode_for_file_access(),
-				 errmsg("amrtree: could not create directory \"%s\": %m", dir)));
+	if (strcmp(dir, "pg_amrtree") == 0)
+	{
+		if (mkdir(dir, S_IRWXU) != 0 && errno != EEXIST)
+			ereport(LOG,
+					(errcode_for_file_access(),
+					 errmsg("amrtree: could not create directory \"%s\": %m", dir)));
+		return true;
+	}
+	if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+		return true;
+	snprintf(detail, sizeof(detail), "Directory \"%s\" does not exist.", dir);
+	pool_fail(psprintf("the directory of %s does not exist", setting), detail,
+			  psprintf("Create it, writable by the server, or correct %s; then restart the server.",
+					   setting));
+	return false;
 }
 
 static AmrPoolHeader *
@@ -412,7 +431,8 @@ ssd_open_or_create(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 		}
 		if (want_slots == 0)
 			return true;		/* no SSD tier */
-		ensure_parent_directory(path);
+		if (!prepare_parent_directory(path, "amrtree.ssd_path"))
+			return false;
 		fd = open(path, O_RDWR | O_CREAT | O_EXCL | PG_BINARY, S_IRUSR | S_IWUSR);
 		if (fd < 0 ||
 			posix_fallocate(fd, 0, (off_t) ((want_slots + 1) * AMR_SLOT_SIZE)) != 0)
@@ -587,6 +607,70 @@ ssd_open_or_create(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 	return true;
 }
 
+/* Leaves of live trees that the pool's Leaf Table places on the SSD tier. */
+static uint64
+live_ssd_leaves(const AmrPoolHeader *hdr)
+{
+	const AmrLeafTableEntry *lt = (const AmrLeafTableEntry *) ((const char *) pool + hdr->lt_offset);
+	const AmrTreeRecord *trees = (const AmrTreeRecord *) ((const char *) pool + hdr->trees_offset);
+	uint64		n = 0;
+	uint64		id;
+
+	for (id = 0; id < hdr->lt_capacity; id++)
+	{
+		const AmrTreeRecord *rec;
+
+		if (AMR_WORD_TIER(lt[id].word) != AMR_TIER_SSD || lt[id].tree_no >= AMR_MAX_TREES)
+			continue;
+		rec = &trees[lt[id].tree_no];
+		if ((rec->state == AMR_TREE_VALID || rec->state == AMR_TREE_BUILDING) &&
+			rec->generation == lt[id].tree_generation)
+			n++;
+	}
+	return n;
+}
+
+/*
+ * Is there to be an SSD tier, given amrtree.ssd_size and what the pool's
+ * leaves need?  A slot file that no live leaf refers to is forgotten, so
+ * that amrtree.ssd_size = 0 really disables the tier (and a deleted file
+ * that held nothing is not reported missing); one that holds leaves stays,
+ * whatever the setting, until they are moved back to PMEM.  *ssd_slots is
+ * the size to open or create the file with.
+ */
+static bool
+decide_ssd_tier(AmrPoolHeader *hdr, uint64 *ssd_slots)
+{
+	uint64		leaves;
+	struct stat st;
+	bool		exists;
+
+	if (amr_ssd_path == NULL || amr_ssd_path[0] == '\0')
+		return false;
+	exists = stat(amr_ssd_path, &st) == 0;
+	leaves = hdr->ssd_file_id != 0 ? live_ssd_leaves(hdr) : 0;
+	if (hdr->ssd_file_id != 0 && leaves == 0 && (amr_ssd_size_mb == 0 || !exists))
+	{
+		ereport(LOG,
+				(errmsg("amrtree: no leaf is on the SSD tier; %s slot file \"%s\"",
+						exists ? "no longer using" : "forgetting the missing", amr_ssd_path)));
+		hdr->ssd_file_id = 0;
+		pmem_persist(&hdr->ssd_file_id, sizeof(hdr->ssd_file_id));
+		if (!pmem_is_pmem(hdr, sizeof(*hdr)))
+			pmem_msync(hdr, sizeof(*hdr));
+	}
+	if (amr_ssd_size_mb > 0)
+		return true;
+	if (leaves == 0)
+		return false;
+	ereport(WARNING,
+			(errmsg("amrtree: amrtree.ssd_size = 0, but " UINT64_FORMAT " leaves are on the SSD tier; it stays enabled",
+					leaves),
+			 errhint("Move them to PMEM first: ALTER INDEX ... SET (tiering = off) and SELECT amrtree_settle(...) for each amrtree index; the tier is disabled at the next start after that.")));
+	*ssd_slots = Max(*ssd_slots, peek_ssd_slots(amr_ssd_path));
+	return true;
+}
+
 static void
 pool_open_or_create(void)
 {
@@ -604,6 +688,18 @@ pool_open_or_create(void)
 				  "Set amrtree.pmem_path in postgresql.conf and restart the server.");
 		return;
 	}
+	{
+		const char *why;
+		const char *setting = amr_rejected_setting(&why);
+
+		if (setting != NULL)
+		{
+			pool_fail(psprintf("the setting %s is not valid", setting), why,
+					  "Correct it in postgresql.conf and restart the server.  "
+					  "PostgreSQL ignored it and would have used the default instead.");
+			return;
+		}
+	}
 
 	/* the Leaf Table must cover the SSD slots too: know how many first */
 	ssd_want = Min(ssd_want, (uint64) AMR_MAX_SLOTS);
@@ -617,7 +713,8 @@ pool_open_or_create(void)
 			pool_fail("could not access the PMEM pool", detail, NULL);
 			return;
 		}
-		ensure_parent_directory(path);
+		if (!prepare_parent_directory(path, "amrtree.pmem_path"))
+			return;
 		pool = pool_create(path, want, random_pool_id(), (uint64) time(NULL), ssd_slots, 0);
 		if (pool == NULL)
 			return;
@@ -697,8 +794,9 @@ pool_open_or_create(void)
 	hdr = pool_header(pool);
 	if (hdr->lt_capacity < hdr->pmem_nslots + Min(ssd_slots, hdr->lt_capacity))
 		ssd_slots = hdr->lt_capacity - hdr->pmem_nslots;
-	if (amr_ssd_path != NULL && amr_ssd_path[0] != '\0' &&
-		!ssd_open_or_create(amr_ssd_path, ssd_slots, hdr))
+	if (!decide_ssd_tier(hdr, &ssd_slots))
+		;						/* no SSD tier */
+	else if (!ssd_open_or_create(amr_ssd_path, ssd_slots, hdr))
 	{
 		pmemobj_close(pool);
 		pool = NULL;

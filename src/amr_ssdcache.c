@@ -29,8 +29,6 @@
  */
 #include "amrtree.h"
 
-#include "access/htup_details.h"
-#include "funcapi.h"
 #include "port/atomics.h"
 
 typedef struct AmrSsdCacheSlot
@@ -237,25 +235,17 @@ amr_ssd_cache_put(const AmrTree *t, uint32 leaf_id, uint64 word, const AmrLeaf *
 	}
 }
 
-PG_FUNCTION_INFO_V1(amrtree_ssd_cache_stats);
-
 /*
- * amrtree_ssd_cache_stats(): the cache is shared by every index of the
- * cluster, so these are cluster-wide counters, like pg_stat_bgwriter's.
+ * The cache's cluster-wide counters since the server started (all 0 without
+ * a cache): its size, images copied from it, images read from the slot
+ * file, and images put in it.
  */
-Datum
-amrtree_ssd_cache_stats(PG_FUNCTION_ARGS)
+void
+amr_ssd_cache_counters(uint64 *size_bytes, uint64 *hits, uint64 *device_reads,
+					   uint64 *fills)
 {
-	TupleDesc	tupdesc;
-	Datum		values[4];
-	bool		nulls[4] = {0};
-
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	amr_require_ready();
-	values[0] = Int64GetDatum(cache_ctl ? (int64) cache_ctl->nslots * AMR_SLOT_SIZE : 0);
-	values[1] = Int64GetDatum(cache_ctl ? (int64) pg_atomic_read_u64(&cache_ctl->hits) : 0);
-	values[2] = Int64GetDatum(cache_ctl ? (int64) pg_atomic_read_u64(&cache_ctl->device_reads) : 0);
-	values[3] = Int64GetDatum(cache_ctl ? (int64) pg_atomic_read_u64(&cache_ctl->fills) : 0);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+	*size_bytes = cache_ctl ? (uint64) cache_ctl->nslots * AMR_SLOT_SIZE : 0;
+	*hits = cache_ctl ? pg_atomic_read_u64(&cache_ctl->hits) : 0;
+	*device_reads = cache_ctl ? pg_atomic_read_u64(&cache_ctl->device_reads) : 0;
+	*fills = cache_ctl ? pg_atomic_read_u64(&cache_ctl->fills) : 0;
 }

@@ -56,10 +56,10 @@ PGDLLEXPORT void amr_tier_worker_main(Datum arg);
 static AmrTree *held_tier_tree = NULL;
 static bool exit_callback_registered = false;
 
-static double
-now_seconds(void)
+/* Seconds since the Unix epoch, for the hotness decay and last_scan. */
+double
+amr_now_seconds(void)
 {
-	/* seconds since the Unix epoch, for the decay and for last_scan */
 	return (double) GetCurrentTimestamp() / USECS_PER_SEC +
 		(double) ((POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY);
 }
@@ -453,7 +453,7 @@ tree_cycle(AmrTree *t, TreeCands *tc, AmrLeaf *buf)
 	}
 	pfree(moves);
 	__atomic_add_fetch(&t->scans, 1, __ATOMIC_RELAXED);
-	t->last_scan = now_seconds();
+	t->last_scan = amr_now_seconds();
 	return moved;
 }
 
@@ -484,7 +484,7 @@ amr_tier_cycle_tree(AmrTree *t)
 		return 0;
 	memset(&tc, 0, sizeof(tc));
 	alloc_cands(&tc, t);
-	gather(t, &tc, now_seconds(), &p);
+	gather(t, &tc, amr_now_seconds(), &p);
 	moved = tree_cycle(t, &tc, buf);
 	return moved;
 }
@@ -511,7 +511,7 @@ cycle_all(void)
 	}
 	if (!any)
 		return;
-	gather(NULL, per_tree, now_seconds(), &p);
+	gather(NULL, per_tree, amr_now_seconds(), &p);
 	for (tn = 0; tn < AMR_MAX_TREES; tn++)
 	{
 		AmrTree    *t = &amr_store.trees[tn];
@@ -606,238 +606,4 @@ amr_register_worker(void)
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "amrtree");
 	snprintf(worker.bgw_function_name, BGW_MAXLEN, "amr_tier_worker_main");
 	RegisterBackgroundWorker(&worker);
-}
-
-/* ---- SQL functions ---- */
-
-PG_FUNCTION_INFO_V1(amrtree_settle);
-PG_FUNCTION_INFO_V1(amrtree_tier_stats);
-PG_FUNCTION_INFO_V1(amrtree_migration_stats);
-PG_FUNCTION_INFO_V1(amrtree_leaf_table);
-
-static void
-wait_seconds(double seconds)
-{
-	TimestampTz end = GetCurrentTimestamp() + (TimestampTz) (seconds * USECS_PER_SEC);
-
-	for (;;)
-	{
-		long		ms = (long) ((end - GetCurrentTimestamp()) / 1000);
-
-		if (ms <= 0)
-			break;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Min(ms, 1000L), PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-}
-
-static uint64
-settle_cycle(AmrTree *t)
-{
-	uint64		moved;
-
-	amr_tier_lock(t);
-	PG_TRY();
-	{
-		moved = amr_tier_cycle_tree(t);
-	}
-	PG_FINALLY();
-	{
-		amr_tier_unlock();
-	}
-	PG_END_TRY();
-	return moved;
-}
-
-/*
- * Paper 3.2 c: scan + budget check + queue processing now, sleep, and again,
- * repeated until a cycle has nothing left to move.  Returns the moves made.
- */
-Datum
-amrtree_settle(PG_FUNCTION_ARGS)
-{
-	Oid			indexoid = PG_GETARG_OID(0);
-	double		seconds = PG_ARGISNULL(1) ? 5.0 : PG_GETARG_FLOAT8(1);
-	Relation	index;
-	AmrTree    *t;
-	uint64		moved;
-	uint64		last;
-	int			rounds = 0;
-
-	if (isnan(seconds) || seconds < 0 || seconds > 3600)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("settle_seconds must be between 0 and 3600")));
-	index = amr_open_index_for_inspection(indexoid, AccessShareLock);
-	t = amr_tree_open(index);
-
-	moved = settle_cycle(t);
-	wait_seconds(seconds);
-	do
-	{
-		last = settle_cycle(t);
-		moved += last;
-	} while (last > 0 && ++rounds < 100);
-
-	index_close(index, NoLock);
-	PG_RETURN_INT64((int64) moved);
-}
-
-Datum
-amrtree_tier_stats(PG_FUNCTION_ARGS)
-{
-	Oid			indexoid = PG_GETARG_OID(0);
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Relation	index;
-	AmrTree    *t;
-	uint64		budget;
-	int64		inner_bytes;
-	Datum		values[4];
-	bool		nulls[4];
-	int			i;
-
-	InitMaterializedSRF(fcinfo, 0);
-	index = amr_open_index_for_inspection(indexoid, AccessShareLock);
-	t = amr_tree_open(index);
-	inner_bytes = (int64) __atomic_load_n(&t->ninner, __ATOMIC_RELAXED) * sizeof(AmrInnerNode);
-	budget = t->budget_kind == AMR_BUDGET_UNLIMITED || !t->tiering ? UINT64_MAX
-		: amr_budget_leaves(t, 0);
-
-	for (i = 0; i < 3; i++)
-	{
-		int64		leaves;
-
-		memset(nulls, 0, sizeof(nulls));
-		if (i == 0)
-		{
-			/* DRAM: the inner nodes, and leaves held there by rule R6 */
-			leaves = (int64) __atomic_load_n(&t->dram_leaves, __ATOMIC_RELAXED);
-			values[0] = CStringGetTextDatum("dram");
-			values[2] = Int64GetDatum(inner_bytes + leaves * AMR_SLOT_SIZE);
-			nulls[3] = true;
-		}
-		else if (i == 1)
-		{
-			leaves = (int64) __atomic_load_n(&t->pmem_leaves, __ATOMIC_RELAXED);
-			values[0] = CStringGetTextDatum("pmem");
-			values[2] = Int64GetDatum(leaves * AMR_SLOT_SIZE);
-			if (budget == UINT64_MAX)
-				nulls[3] = true;
-			else
-				values[3] = Int64GetDatum(t->budget_kind == AMR_BUDGET_BYTES
-										  ? (int64) t->budget_value
-										  : (int64) budget * AMR_SLOT_SIZE);
-		}
-		else
-		{
-			leaves = (int64) __atomic_load_n(&t->ssd_leaves, __ATOMIC_RELAXED);
-			values[0] = CStringGetTextDatum("ssd");
-			values[2] = Int64GetDatum(leaves * AMR_SLOT_SIZE);
-			nulls[3] = true;
-		}
-		values[1] = Int64GetDatum(leaves);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
-	index_close(index, NoLock);
-	return (Datum) 0;
-}
-
-Datum
-amrtree_migration_stats(PG_FUNCTION_ARGS)
-{
-	Oid			indexoid = PG_GETARG_OID(0);
-	Relation	index;
-	AmrTree    *t;
-	TupleDesc	tupdesc;
-	Datum		values[7];
-	bool		nulls[7] = {0};
-	uint64		write_promotions;
-
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	index = amr_open_index_for_inspection(indexoid, AccessShareLock);
-	t = amr_tree_open(index);
-	write_promotions = __atomic_load_n(&t->write_promotions, __ATOMIC_RELAXED);
-
-	/* SSD leaves rewritten to PMEM by writes count as promotions too */
-	values[0] = Int64GetDatum((int64) (__atomic_load_n(&t->promotions, __ATOMIC_RELAXED) +
-									   write_promotions));
-	values[1] = Int64GetDatum((int64) __atomic_load_n(&t->demotions, __ATOMIC_RELAXED));
-	values[2] = Int64GetDatum((int64) __atomic_load_n(&t->bytes_moved, __ATOMIC_RELAXED));
-	values[3] = Int64GetDatum((int64) __atomic_load_n(&t->budget_demotions, __ATOMIC_RELAXED));
-	values[4] = Int64GetDatum((int64) __atomic_load_n(&t->rule_demotions, __ATOMIC_RELAXED));
-	values[5] = Int64GetDatum((int64) __atomic_load_n(&t->scans, __ATOMIC_RELAXED));
-	if (t->last_scan <= 0)
-		nulls[6] = true;
-	else
-		values[6] = TimestampTzGetDatum(
-										(TimestampTz) ((t->last_scan - (double) ((POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY))
-													   * USECS_PER_SEC));
-	index_close(index, NoLock);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
-}
-
-Datum
-amrtree_leaf_table(PG_FUNCTION_ARGS)
-{
-	Oid			indexoid = PG_GETARG_OID(0);
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Relation	index;
-	AmrTree    *t;
-	AmrStore   *s = &amr_store;
-	double		now = now_seconds();
-	uint32		id;
-
-	InitMaterializedSRF(fcinfo, 0);
-	index = amr_open_index_for_inspection(indexoid, AccessShareLock);
-	t = amr_tree_open(index);
-
-	for (id = 0; id < s->lt_capacity; id++)
-	{
-		const AmrLeafTableEntry *e = &s->lt[id];
-		uint64		word = amr_lt_word(s, id);
-		Datum		values[6];
-		bool		nulls[6] = {0};
-		AmrFBox		m;
-		int32		entries;
-
-		if ((id & 0xFFFF) == 0)
-			CHECK_FOR_INTERRUPTS();
-		if (!amr_lt_owned_by(s, id, word, t->tree_no, t->generation))
-			continue;
-		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
-		{
-			LWLockAcquire(amr_leaf_lock(id), LW_SHARED);
-			word = amr_lt_word(s, id);
-			entries = AMR_WORD_TIER(word) == AMR_TIER_PMEM
-				? (int32) amr_leaf_live_entries(amr_pmem_slot(s, AMR_WORD_SLOT(word)))
-				: (int32) e->entries;
-			LWLockRelease(amr_leaf_lock(id));
-		}
-		else
-			entries = (int32) e->entries;
-		m = amr_lt_mbr(s, id, word);
-		values[0] = Int64GetDatum((int64) id);
-		values[1] = CStringGetTextDatum(AMR_WORD_TIER(word) == AMR_TIER_SSD ? "ssd" : "pmem");
-		values[2] = Int64GetDatum((int64) AMR_WORD_VERSION(word));
-		values[3] = Int32GetDatum(entries);
-		values[4] = Float8GetDatum(amr_hotness_now(&s->leaves[id], now, amr_decay_lambda));
-		if (amr_fbox_is_empty(&m) || (e->flags & AMR_LT_FLAG_NULLS))
-			nulls[5] = true;
-		else
-		{
-			BOX		   *b = palloc(sizeof(BOX));
-
-			b->low.x = m.xlo;
-			b->low.y = m.ylo;
-			b->high.x = m.xhi;
-			b->high.y = m.yhi;
-			values[5] = BoxPGetDatum(b);
-		}
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
-	index_close(index, NoLock);
-	return (Datum) 0;
 }

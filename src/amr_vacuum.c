@@ -42,8 +42,8 @@ collect_all_leaves(AmrTree *t, AmrLeafList *list, uint64 *start_nsn)
 {
 	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
 	*start_nsn = __atomic_load_n(&t->nsn, __ATOMIC_SEQ_CST);
-	amr_collect_leaves(&amr_store, t, false, NULL, 0, list, vacuum_realloc, NULL);
-	amr_collect_leaves(&amr_store, t, true, NULL, 0, list, vacuum_realloc, NULL);
+	amr_collect_leaves(&amr_store, t, false, NULL, 0, list, NULL, NULL, vacuum_realloc, NULL);
+	amr_collect_leaves(&amr_store, t, true, NULL, 0, list, NULL, NULL, vacuum_realloc, NULL);
 	LWLockRelease(amr_tree_lock(t));
 }
 
@@ -67,11 +67,14 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
 
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
 	free_slot = AMR_FAULT_ACTIVE("vacuum:pmem_full") ? -1 : amr_bitmap_alloc(s->pmem_used);
+	/* shared: amrtree_check, which holds it exclusively, sees no half change */
+	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
 	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
 	if (AMR_WORD_TIER(amr_lt_word(s, leaf_id)) != AMR_TIER_PMEM)
 	{
 		/* migrated since we looked: the caller looks again */
 		LWLockRelease(amr_leaf_lock(leaf_id));
+		LWLockRelease(amr_tree_lock(t));
 		if (free_slot >= 0)
 			amr_bitmap_clear(s->pmem_used, (uint64) free_slot);
 		LWLockRelease(&amr_shared->publish_lock);
@@ -130,6 +133,7 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
 	if (removed > 0)
 		__atomic_sub_fetch(&t->nentries, removed, __ATOMIC_RELAXED);
 	LWLockRelease(amr_leaf_lock(leaf_id));
+	LWLockRelease(amr_tree_lock(t));
 	LWLockRelease(&amr_shared->publish_lock);
 	*kept_out = kept;
 	return removed;
@@ -187,6 +191,7 @@ vacuum_ssd_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 		AMR_FAULT_POINT("vacuum:before_image");
 		amr_tier_write(index, tier, (uint32) slot, img);
 		AMR_FAULT_POINT("vacuum:after_image_persisted");
+		LWLockAcquire(amr_tree_lock(t), LW_SHARED);
 		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
 		if (amr_lt_word(s, leaf_id) == word)
 		{
@@ -200,6 +205,7 @@ vacuum_ssd_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 			done = true;
 		}
 		LWLockRelease(amr_leaf_lock(leaf_id));
+		LWLockRelease(amr_tree_lock(t));
 	}
 	PG_CATCH();
 	{

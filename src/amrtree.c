@@ -24,22 +24,22 @@
 
 PG_MODULE_MAGIC;
 
-int			amr_dram_size_kb = 64 * 1024;
+int			amr_dram_size_kb = AMR_DRAM_SIZE_DEFAULT_KB;
 char	   *amr_pmem_path = NULL;
-int			amr_pmem_size_mb = 256;
+int			amr_pmem_size_mb = AMR_PMEM_SIZE_DEFAULT_MB;
 int			amr_persist_mode_setting = AMR_PERSIST_CLWB;
 char	   *amr_ssd_path = NULL;
-int			amr_ssd_size_mb = 1024;
+int			amr_ssd_size_mb = AMR_SSD_SIZE_DEFAULT_MB;
 int			amr_io_method_setting = AMR_IO_URING;
 int			amr_ssd_sync_setting = AMR_SSD_SYNC_FDATASYNC;
-int			amr_scan_interval_ms = 1000;
-double		amr_decay_lambda = 0.1;
-double		amr_promote_threshold = 4.0;
-double		amr_demote_threshold = 0.5;
-double		amr_update_ratio_threshold = 0.5;
-double		amr_smo_threshold = 3.0;
-int			amr_dram_leaf_cache_kb = 4096;
-int			amr_ssd_cache_kb = 65536;
+int			amr_scan_interval_ms = AMR_SCAN_INTERVAL_DEFAULT_MS;
+double		amr_decay_lambda = AMR_DECAY_LAMBDA_DEFAULT;
+double		amr_promote_threshold = AMR_PROMOTE_THRESHOLD_DEFAULT;
+double		amr_demote_threshold = AMR_DEMOTE_THRESHOLD_DEFAULT;
+double		amr_update_ratio_threshold = AMR_UPDATE_RATIO_DEFAULT;
+double		amr_smo_threshold = AMR_SMO_THRESHOLD_DEFAULT;
+int			amr_dram_leaf_cache_kb = AMR_DRAM_LEAF_CACHE_DEFAULT_KB;
+int			amr_ssd_cache_kb = AMR_SSD_CACHE_DEFAULT_KB;
 int			amr_budget_on_insert = AMR_BUDGET_INSERT_DEFER;
 int			amr_wal_rmgr_id = RM_EXPERIMENTAL_ID;
 bool		amr_preloaded = false;
@@ -76,18 +76,74 @@ static const struct config_enum_entry persist_mode_options[] = {
 
 void		_PG_init(void);
 
+/*
+ * The first server-start setting of amrtree that PostgreSQL rejected, if
+ * any (see define_server_start_int).  Empty otherwise.
+ */
+static char rejected_setting[256];
+static char rejected_detail[256];
+
+/*
+ * DefineCustomIntVariable for a PGC_POSTMASTER setting, remembering whether
+ * PostgreSQL rejected the value given in the configuration.  It does so with
+ * a WARNING and then uses the default, which for a setting that shapes
+ * storage (a pool of 256 MB instead of the 1 MB asked for) is a silent
+ * surprise; amrtree instead refuses to open its pool, naming the setting
+ * (amr_rejected_setting).
+ */
+static void
+define_server_start_int(const char *name, const char *short_desc, const char *long_desc,
+						int *var, int boot, int min, int max, int flags)
+{
+	const char *raw = GetConfigOption(name, true, false);
+	char	   *given = raw ? pstrdup(raw) : NULL;
+
+	DefineCustomIntVariable(name, short_desc, long_desc, var, boot, min, max,
+							PGC_POSTMASTER, flags, NULL, NULL, NULL);
+	if (given != NULL && rejected_setting[0] == '\0')
+	{
+		int			value;
+		const char *hint = NULL;
+		const char *unit = (flags & GUC_UNIT_MB) ? " MB" : (flags & GUC_UNIT_KB) ? " kB" : "";
+
+		if (!parse_int(given, &value, flags, &hint))
+		{
+			snprintf(rejected_setting, sizeof(rejected_setting), "%s = '%s'", name, given);
+			snprintf(rejected_detail, sizeof(rejected_detail), "\"%s\" is not a valid value for %s.%s%s",
+					 given, name, hint ? " " : "", hint ? hint : "");
+		}
+		else if (value < min || value > max)
+		{
+			snprintf(rejected_setting, sizeof(rejected_setting), "%s = '%s'", name, given);
+			snprintf(rejected_detail, sizeof(rejected_detail),
+					 "%d%s is outside the valid range for %s (%d%s .. %d%s).",
+					 value, unit, name, min, unit, max, unit);
+		}
+	}
+}
+
+/*
+ * The rejected server-start setting ("amrtree.pmem_size = '1MB'") and why,
+ * or NULL when every one was accepted.
+ */
+const char *
+amr_rejected_setting(const char **detail)
+{
+	if (rejected_setting[0] == '\0')
+		return NULL;
+	*detail = rejected_detail;
+	return rejected_setting;
+}
+
 static void
 define_gucs(void)
 {
-	DefineCustomIntVariable("amrtree.dram_size",
+	define_server_start_int("amrtree.dram_size",
 							"Shared memory for amrtree inner nodes.",
 							"Inner nodes of every amrtree index live here; they "
 							"are rebuilt from the Leaf Table at startup.",
-							&amr_dram_size_kb,
-							64 * 1024, 256, INT_MAX / 2,
-							PGC_POSTMASTER,
-							GUC_UNIT_KB,
-							NULL, NULL, NULL);
+							&amr_dram_size_kb, AMR_DRAM_SIZE_DEFAULT_KB,
+							AMR_DRAM_SIZE_MIN_KB, AMR_DRAM_SIZE_MAX_KB, GUC_UNIT_KB);
 	DefineCustomStringVariable("amrtree.pmem_path",
 							   "Path of the persistent-memory pool holding the "
 							   "Leaf Table and leaves.",
@@ -99,15 +155,12 @@ define_gucs(void)
 							   PGC_POSTMASTER,
 							   GUC_SUPERUSER_ONLY,
 							   NULL, NULL, NULL);
-	DefineCustomIntVariable("amrtree.pmem_size",
+	define_server_start_int("amrtree.pmem_size",
 							"Size of the persistent-memory pool.",
 							"Used when the pool is created; a larger value "
 							"enlarges an existing pool at the next start.",
-							&amr_pmem_size_mb,
-							256, 32, 16 * 1024,
-							PGC_POSTMASTER,
-							GUC_UNIT_MB,
-							NULL, NULL, NULL);
+							&amr_pmem_size_mb, AMR_PMEM_SIZE_DEFAULT_MB,
+							AMR_PMEM_SIZE_MIN_MB, AMR_PMEM_SIZE_MAX_MB, GUC_UNIT_MB);
 	DefineCustomEnumVariable("amrtree.persist_mode",
 							 "How stores to the PMEM pool are made durable.",
 							 "clwb (default) writes cache lines back with clwb, "
@@ -129,15 +182,12 @@ define_gucs(void)
 							   PGC_POSTMASTER,
 							   GUC_SUPERUSER_ONLY,
 							   NULL, NULL, NULL);
-	DefineCustomIntVariable("amrtree.ssd_size",
+	define_server_start_int("amrtree.ssd_size",
 							"Size of the SSD slot file.",
 							"A larger value enlarges the file at the next start; "
-							"0 disables the SSD tier.",
-							&amr_ssd_size_mb,
-							1024, 0, 1024 * 1024,
-							PGC_POSTMASTER,
-							GUC_UNIT_MB,
-							NULL, NULL, NULL);
+							"0 disables the SSD tier (once no leaf is on it).",
+							&amr_ssd_size_mb, AMR_SSD_SIZE_DEFAULT_MB,
+							AMR_SSD_SIZE_MIN_MB, AMR_SSD_SIZE_MAX_MB, GUC_UNIT_MB);
 	DefineCustomEnumVariable("amrtree.io_method",
 							 "How leaves are read from and written to the SSD tier.",
 							 "io_uring submits the reads of a scan together; "
@@ -163,7 +213,8 @@ define_gucs(void)
 							"Time between two scans of the tier manager.",
 							NULL,
 							&amr_scan_interval_ms,
-							1000, 10, 3600 * 1000,
+							AMR_SCAN_INTERVAL_DEFAULT_MS, AMR_SCAN_INTERVAL_MIN_MS,
+							AMR_SCAN_INTERVAL_MAX_MS,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
@@ -171,51 +222,45 @@ define_gucs(void)
 							 "Decay rate of leaf hotness, per second.",
 							 "h = h * exp(-lambda * dt) + 1 per access.",
 							 &amr_decay_lambda,
-							 0.1, 0.0, 100.0,
+							 AMR_DECAY_LAMBDA_DEFAULT, AMR_DECAY_LAMBDA_MIN, AMR_DECAY_LAMBDA_MAX,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomRealVariable("amrtree.promote_threshold",
 							 "Hotness at which an SSD leaf is promoted to PMEM (theta up).",
 							 NULL,
 							 &amr_promote_threshold,
-							 4.0, 0.0, 1e9,
+							 AMR_PROMOTE_THRESHOLD_DEFAULT, AMR_THRESHOLD_MIN, AMR_THRESHOLD_MAX,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomRealVariable("amrtree.demote_threshold",
 							 "Hotness at or below which a PMEM leaf is demoted to SSD (theta down).",
 							 "Must be below amrtree.promote_threshold (hysteresis).",
 							 &amr_demote_threshold,
-							 0.5, 0.0, 1e9,
+							 AMR_DEMOTE_THRESHOLD_DEFAULT, AMR_THRESHOLD_MIN, AMR_THRESHOLD_MAX,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomRealVariable("amrtree.update_ratio_threshold",
 							 "Share of writes among a leaf's accesses that keeps it on PMEM (rule R3, phi).",
 							 NULL,
 							 &amr_update_ratio_threshold,
-							 0.5, 0.0, 1.0,
+							 AMR_UPDATE_RATIO_DEFAULT, AMR_UPDATE_RATIO_MIN, AMR_UPDATE_RATIO_MAX,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomRealVariable("amrtree.smo_threshold",
 							 "Split score at which a leaf is held in DRAM until it calms down (rule R6, psi).",
 							 NULL,
 							 &amr_smo_threshold,
-							 3.0, 0.0, 1e9,
+							 AMR_SMO_THRESHOLD_DEFAULT, AMR_THRESHOLD_MIN, AMR_THRESHOLD_MAX,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("amrtree.dram_leaf_cache",
+	define_server_start_int("amrtree.dram_leaf_cache",
 							"Shared memory for leaves held in DRAM by rule R6.",
 							NULL,
-							&amr_dram_leaf_cache_kb,
-							4096, 0, INT_MAX / 2,
-							PGC_POSTMASTER,
-							GUC_UNIT_KB,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("amrtree.ssd_cache_size",
+							&amr_dram_leaf_cache_kb, AMR_DRAM_LEAF_CACHE_DEFAULT_KB,
+							AMR_CACHE_MIN_KB, AMR_CACHE_MAX_KB, GUC_UNIT_KB);
+	define_server_start_int("amrtree.ssd_cache_size",
 							"Shared memory for clean copies of leaves on the SSD tier.",
 							"The SSD tier is read with O_DIRECT, bypassing the kernel's "
 							"page cache; this cache keeps recently read and recently "
 							"demoted SSD leaves so that they are not read back from "
 							"the device.  0 disables it.",
-							&amr_ssd_cache_kb,
-							65536, 0, INT_MAX / 2,
-							PGC_POSTMASTER,
-							GUC_UNIT_KB,
-							NULL, NULL, NULL);
+							&amr_ssd_cache_kb, AMR_SSD_CACHE_DEFAULT_KB,
+							AMR_CACHE_MIN_KB, AMR_CACHE_MAX_KB, GUC_UNIT_KB);
 	DefineCustomEnumVariable("amrtree.budget_on_insert",
 							 "How inserts respect an index's PMEM budget.",
 							 "defer (default): new leaf images always go to PMEM and "
@@ -229,16 +274,13 @@ define_gucs(void)
 							 PGC_USERSET,
 							 0,
 							 NULL, NULL, NULL);
-	DefineCustomIntVariable("amrtree.wal_rmgr_id",
+	define_server_start_int("amrtree.wal_rmgr_id",
 							"WAL resource manager id that amrtree registers.",
 							"amrtree writes no WAL records; it registers a resource "
 							"manager to learn where crash recovery ended.  Change it "
 							"only if another extension uses the same id.",
-							&amr_wal_rmgr_id,
-							RM_EXPERIMENTAL_ID, RM_MIN_CUSTOM_ID, RM_MAX_CUSTOM_ID,
-							PGC_POSTMASTER,
-							0,
-							NULL, NULL, NULL);
+							&amr_wal_rmgr_id, RM_EXPERIMENTAL_ID,
+							RM_MIN_CUSTOM_ID, RM_MAX_CUSTOM_ID, 0);
 	amr_fault_define_guc();
 	MarkGUCPrefixReserved("amrtree");
 }
@@ -249,10 +291,10 @@ _PG_init(void)
 	amr_relopt_kind = add_reloption_kind();
 	add_string_reloption(amr_relopt_kind, "pmem_budget",
 						 "PMEM budget of the index: unlimited, a percentage of its leaf bytes (20%), or a size (64MB)",
-						 "unlimited", validate_budget, ShareUpdateExclusiveLock);
+						 AMR_PMEM_BUDGET_DEFAULT, validate_budget, ShareUpdateExclusiveLock);
 	add_bool_reloption(amr_relopt_kind, "tiering",
 					   "Move leaves between PMEM and SSD by hotness and budget (off: everything stays on PMEM)",
-					   true, ShareUpdateExclusiveLock);
+					   AMR_TIERING_DEFAULT, ShareUpdateExclusiveLock);
 	if (!process_shared_preload_libraries_in_progress)
 	{
 		/*
@@ -295,7 +337,7 @@ amrtree_handler(PG_FUNCTION_ARGS)
 	amroutine->amsearchnulls = true;
 	amroutine->amstorage = false;
 	amroutine->amclusterable = true;
-	amroutine->ampredlocks = false;
+	amroutine->ampredlocks = true;	/* leaves and inner nodes, see amr_pred_*_block */
 	amroutine->amcanparallel = false;
 	amroutine->amcaninclude = false;
 	amroutine->amusemaintenanceworkmem = false;
@@ -330,11 +372,17 @@ amrtree_handler(PG_FUNCTION_ARGS)
 
 /* ---- reloptions ---- */
 
-bool
+/*
+ * Parse a pmem_budget value: "unlimited", a percentage of the index's leaf
+ * bytes ("20%", more than 0 and at most 100), or a size with an optional
+ * unit B, kB, MB, GB, TB ("64MB"), more than 0 and less than 2^63 bytes.
+ */
+AmrBudgetParse
 amr_parse_budget(const char *s, AmrBudgetKind *kind, double *value)
 {
 	char	   *end;
 	double		v;
+	double		unit;
 
 	while (*s == ' ')
 		s++;
@@ -342,36 +390,42 @@ amr_parse_budget(const char *s, AmrBudgetKind *kind, double *value)
 	{
 		*kind = AMR_BUDGET_UNLIMITED;
 		*value = 0;
-		return true;
+		return AMR_BUDGET_PARSE_OK;
 	}
 	errno = 0;
 	v = strtod(s, &end);
-	if (end == s || errno != 0 || isnan(v) || isinf(v) || v <= 0)
-		return false;
+	if (end == s || isnan(v))
+		return AMR_BUDGET_PARSE_SYNTAX;
 	while (*end == ' ')
 		end++;
 	if (*end == '%')
 	{
-		if (v > 100 || end[1] != '\0')
-			return false;
+		if (end[1] != '\0')
+			return AMR_BUDGET_PARSE_SYNTAX;
+		if (errno != 0 || !(v > 0 && v <= 100))
+			return AMR_BUDGET_PARSE_RANGE;
 		*kind = AMR_BUDGET_FRACTION;
 		*value = v / 100.0;
-		return true;
+		return AMR_BUDGET_PARSE_OK;
 	}
 	if (*end == '\0' || strcmp(end, "B") == 0)
-		*value = v;
+		unit = 1.0;
 	else if (strcmp(end, "kB") == 0)
-		*value = v * 1024.0;
+		unit = 1024.0;
 	else if (strcmp(end, "MB") == 0)
-		*value = v * 1024.0 * 1024.0;
+		unit = 1024.0 * 1024.0;
 	else if (strcmp(end, "GB") == 0)
-		*value = v * 1024.0 * 1024.0 * 1024.0;
+		unit = 1024.0 * 1024.0 * 1024.0;
 	else if (strcmp(end, "TB") == 0)
-		*value = v * 1024.0 * 1024.0 * 1024.0 * 1024.0;
+		unit = 1024.0 * 1024.0 * 1024.0 * 1024.0;
 	else
-		return false;
+		return AMR_BUDGET_PARSE_SYNTAX;
+	/* an overflowing strtod sets errno; infinities and 2^63 and up do not fit */
+	if (errno != 0 || !(v > 0) || !(v * unit < 9223372036854775808.0))
+		return AMR_BUDGET_PARSE_RANGE;
 	*kind = AMR_BUDGET_BYTES;
-	return true;
+	*value = v * unit;
+	return AMR_BUDGET_PARSE_OK;
 }
 
 static void
@@ -380,12 +434,27 @@ validate_budget(const char *value)
 	AmrBudgetKind kind;
 	double		v;
 
-	if (value != NULL && !amr_parse_budget(value, &kind, &v))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid value for amrtree option \"pmem_budget\": \"%s\"", value),
-				 errdetail("Valid values are \"unlimited\", a percentage of the index's leaf bytes "
-						   "such as \"20%%\", or a size such as \"64MB\" (units B, kB, MB, GB, TB).")));
+	if (value == NULL)
+		return;
+	switch (amr_parse_budget(value, &kind, &v))
+	{
+		case AMR_BUDGET_PARSE_OK:
+			break;
+		case AMR_BUDGET_PARSE_SYNTAX:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid value for amrtree option \"pmem_budget\": \"%s\"", value),
+					 errdetail("Valid values are \"unlimited\", a percentage of the index's leaf bytes "
+							   "such as \"20%%\", or a size such as \"64MB\" (units B, kB, MB, GB, TB).")));
+			break;
+		case AMR_BUDGET_PARSE_RANGE:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("value for amrtree option \"pmem_budget\" is out of range: \"%s\"", value),
+					 errdetail("A percentage must be more than 0%% and at most 100%%; a size must be more than 0 and less than 8 EB (2^63 bytes)."),
+					 errhint("Use \"unlimited\" for no budget.")));
+			break;
+	}
 }
 
 bytea *
@@ -413,21 +482,7 @@ amrcanreturn(Relation index, int attno)
 void
 amr_box_from_datum(Relation index, Datum d, AmrBox *out)
 {
-	BOX		   *b = DatumGetBoxP(d);
-
-	out->xlo = b->low.x;
-	out->ylo = b->low.y;
-	out->xhi = b->high.x;
-	out->yhi = b->high.y;
-	if (amr_box_has_nan(out))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("amrtree index \"%s\" cannot store a box with NaN coordinates",
-						RelationGetRelationName(index)),
-				 errdetail("The box is %s.",
-						   DatumGetCString(DirectFunctionCall1(box_out, d))),
-				 errhint("Replace the NaN coordinates, or store NULL instead: "
-						 "a NaN box has no position to index.")));
+	amr_box_from_pg(DatumGetBoxP(d), out);
 }
 
 /*

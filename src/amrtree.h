@@ -20,6 +20,7 @@
 #include "lib/stringinfo.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
+#include "utils/geo_decls.h"
 #include "utils/relcache.h"
 
 #include "core/amr_format.h"
@@ -28,9 +29,47 @@
 #include "core/amr_ssd.h"
 #include "core/amr_tree.h"
 
-#define AMRTREE_EXTENSION_VERSION "0.1"
+#define AMRTREE_EXTENSION_VERSION "0.2"
 
-/* ---- GUCs (amrtree.c) ---- */
+/*
+ * ---- GUCs (amrtree.c) ----
+ *
+ * Every tunable's default and limits, used by its definition and by the
+ * code that depends on them (as pgvector's hnsw.h does).  Sizes are in the
+ * unit of the setting.
+ */
+#define AMR_DRAM_SIZE_DEFAULT_KB		(64 * 1024)
+#define AMR_DRAM_SIZE_MIN_KB			256
+#define AMR_DRAM_SIZE_MAX_KB			(INT_MAX / 2)
+#define AMR_PMEM_SIZE_DEFAULT_MB		256
+#define AMR_PMEM_SIZE_MIN_MB			32
+#define AMR_PMEM_SIZE_MAX_MB			(16 * 1024)
+#define AMR_SSD_SIZE_DEFAULT_MB			1024
+#define AMR_SSD_SIZE_MIN_MB				0	/* no SSD tier */
+#define AMR_SSD_SIZE_MAX_MB				(1024 * 1024)
+#define AMR_SCAN_INTERVAL_DEFAULT_MS	1000
+#define AMR_SCAN_INTERVAL_MIN_MS		10
+#define AMR_SCAN_INTERVAL_MAX_MS		(3600 * 1000)
+#define AMR_DECAY_LAMBDA_DEFAULT		0.1
+#define AMR_DECAY_LAMBDA_MIN			0.0
+#define AMR_DECAY_LAMBDA_MAX			100.0
+#define AMR_PROMOTE_THRESHOLD_DEFAULT	4.0
+#define AMR_DEMOTE_THRESHOLD_DEFAULT	0.5
+#define AMR_THRESHOLD_MIN				0.0
+#define AMR_THRESHOLD_MAX				1e9
+#define AMR_UPDATE_RATIO_DEFAULT		0.5
+#define AMR_UPDATE_RATIO_MIN			0.0
+#define AMR_UPDATE_RATIO_MAX			1.0
+#define AMR_SMO_THRESHOLD_DEFAULT		3.0
+#define AMR_DRAM_LEAF_CACHE_DEFAULT_KB	4096
+#define AMR_SSD_CACHE_DEFAULT_KB		65536
+#define AMR_CACHE_MIN_KB				0	/* disabled */
+#define AMR_CACHE_MAX_KB				(INT_MAX / 2)
+
+/* Reloptions: pmem_budget (a string, see amr_parse_budget) and tiering. */
+#define AMR_PMEM_BUDGET_DEFAULT			"unlimited"
+#define AMR_TIERING_DEFAULT				true
+
 extern int	amr_dram_size_kb;
 extern char *amr_pmem_path;
 extern int	amr_pmem_size_mb;
@@ -50,6 +89,9 @@ extern int	amr_ssd_cache_kb;
 extern int	amr_budget_on_insert;
 extern int	amr_wal_rmgr_id;
 
+/* a server-start setting PostgreSQL rejected ("name = 'value'"), or NULL */
+extern const char *amr_rejected_setting(const char **detail);
+
 #define AMR_BUDGET_INSERT_DEFER		0
 #define AMR_BUDGET_INSERT_STRICT	1
 
@@ -65,7 +107,14 @@ typedef struct AmrOptions
 } AmrOptions;
 
 /* pmem_budget parsed: kind and value (fraction or bytes) */
-extern bool amr_parse_budget(const char *s, AmrBudgetKind *kind, double *value);
+typedef enum AmrBudgetParse
+{
+	AMR_BUDGET_PARSE_OK,
+	AMR_BUDGET_PARSE_SYNTAX,
+	AMR_BUDGET_PARSE_RANGE
+} AmrBudgetParse;
+
+extern AmrBudgetParse amr_parse_budget(const char *s, AmrBudgetKind *kind, double *value);
 extern void amr_tree_sync_options(Relation index, AmrTree *t);
 
 /* ---- shared state (amr_shmem.c) ---- */
@@ -111,6 +160,8 @@ extern bool amr_ssd_cache_holds(uint32 leaf_id, uint64 word);
 extern void amr_ssd_cache_count_device_reads(int n);
 extern void amr_ssd_cache_put(const AmrTree *t, uint32 leaf_id, uint64 word,
 							  const AmrLeaf *img);
+extern void amr_ssd_cache_counters(uint64 *size_bytes, uint64 *hits,
+								   uint64 *device_reads, uint64 *fills);
 
 extern void amr_shmem_init_hooks(void);
 extern const char *amr_pool_path_display(void);
@@ -163,6 +214,29 @@ extern void amr_directory_register_hooks(void);
 extern void amr_tree_free_storage(uint32 tree_no);
 extern void amr_tree_reset_dram(AmrTree *t);
 
+/*
+ * Predicate locks (SERIALIZABLE) are taken, as GiST takes them on pages, on
+ * every inner node and leaf a scan reads, under "block numbers" that name
+ * them stably: a leaf by its logical id (which migrations and rewrites
+ * keep), an inner node by its index in the DRAM arena, in a range of its
+ * own.  Block 0 is the metapage.  Readers lock before they read; writers
+ * check after they change (see amr_insert.c), which is what makes the
+ * scheme safe although inserts widen inner boxes under a shared tree lock.
+ */
+#define AMR_PRED_NODE_BASE		((BlockNumber) 0xC0000000)
+
+static inline BlockNumber
+amr_pred_leaf_block(uint32 leaf_id)
+{
+	return (BlockNumber) leaf_id + 1;
+}
+
+static inline BlockNumber
+amr_pred_node_block(uint32 node_id)
+{
+	return AMR_PRED_NODE_BASE + node_id;
+}
+
 static inline LWLock *
 amr_tree_lock(const AmrTree *t)
 {
@@ -210,10 +284,9 @@ extern void amr_pins_release_all(SubTransactionId subid);
 extern void amr_tier_lock(AmrTree *t);
 extern void amr_tier_unlock(void);
 extern uint64 amr_tier_cycle_tree(AmrTree *t);
+extern double amr_now_seconds(void);
 extern void amr_register_worker(void);
 
-/* open an amrtree index for an inspection function, checking SELECT on its table */
-extern Relation amr_open_index_for_inspection(Oid indexoid, LOCKMODE lockmode);
 
 /* name for messages: the index, or the tree number when no relation is open */
 extern const char *amr_index_name(Relation index, const AmrTree *t);
@@ -252,10 +325,40 @@ extern bytea *amroptions(Datum reloptions, bool validate);
 /* ---- keys ---- */
 
 /*
- * Turn a box datum into a leaf key, rejecting what an R-tree cannot order:
- * NaN coordinates.  Infinite coordinates are accepted.
+ * Turn a box datum into a leaf key.  Every box is accepted, as GiST accepts
+ * it: infinite coordinates, and NaN ones (see amr_fbox_from_box).
  */
 extern void amr_box_from_datum(Relation index, Datum d, AmrBox *out);
+
+/* Store a core key into a PostgreSQL box. */
+static inline void
+amr_box_set_pg(BOX *p, const AmrBox *b)
+{
+	p->low.x = b->xlo;
+	p->low.y = b->ylo;
+	p->high.x = b->xhi;
+	p->high.y = b->yhi;
+}
+
+/* A core key as a palloc'd PostgreSQL box. */
+static inline BOX *
+amr_box_to_pg(const AmrBox *b)
+{
+	BOX		   *p = (BOX *) palloc(sizeof(BOX));
+
+	amr_box_set_pg(p, b);
+	return p;
+}
+
+/* A PostgreSQL box as a core key. */
+static inline void
+amr_box_from_pg(const BOX *p, AmrBox *b)
+{
+	b->xlo = p->low.x;
+	b->ylo = p->low.y;
+	b->xhi = p->high.x;
+	b->yhi = p->high.y;
+}
 
 /* end of the WAL inserted so far, recorded in every entry (DESIGN 5) */
 extern XLogRecPtr amr_insert_lsn(void);

@@ -1,7 +1,8 @@
 # The environment amrtree depends on, and what happens when it is wrong:
 # no shared_preload_libraries, a pool from another cluster or of another
 # format version, a wiped pool (the index says REINDEX instead of returning
-# nothing), and a pool on an ordinary disk file.
+# nothing), a pool on an ordinary disk file, settings PostgreSQL rejects,
+# directories that do not exist, and an SSD tier being switched off.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -126,5 +127,82 @@ $disk->safe_psql('postgres', 'CREATE ROLE nobody_special LOGIN');
 ($ret, $out, $err) = $disk->psql('postgres', 'SHOW amrtree.pmem_path', extra_params => [ '-U', 'nobody_special' ]);
 like($err, qr/permission denied|must be superuser|privileges of pg_read_all_settings/, 'pmem_path is hidden from ordinary users');
 $disk->stop;
+
+# --- a server-start setting PostgreSQL rejects is not silently replaced
+# by its default: the pool stays closed and every use names the setting
+my $bad = amr_node('badsize', conf => "amrtree.pmem_size = '1MB'\n");
+$bad->start;
+ok($bad->log_contains('amrtree.pmem_size'), 'PostgreSQL warns about the value at startup');
+$bad->safe_psql('postgres', 'CREATE EXTENSION amrtree; CREATE TABLE t (b box)');
+($ret, $out, $err) = $bad->psql('postgres', 'CREATE INDEX ON t USING amrtree (b)');
+like($err, qr/is not usable: the setting amrtree\.pmem_size = '1MB' is not valid/,
+	'amrtree.pmem_size = 1MB: the pool is not opened with another size');
+like($err, qr/DETAIL:  1 MB is outside the valid range for amrtree\.pmem_size \(32 MB \.\. 16384 MB\)/,
+	'... saying why');
+ok(!-e amr_pool_path('badsize'), 'no pool was created');
+$bad->stop;
+$bad->adjust_conf('postgresql.conf', 'amrtree.pmem_size', "'64MB'");
+$bad->append_conf('postgresql.conf', "amrtree.dram_size = 'lots'\n");
+$bad->start;
+($ret, $out, $err) = $bad->psql('postgres', 'CREATE INDEX ON t USING amrtree (b)');
+like($err, qr/the setting amrtree\.dram_size = 'lots' is not valid/, 'an unparsable size is named too');
+$bad->stop;
+$bad->adjust_conf('postgresql.conf', 'amrtree.dram_size', "'8MB'");
+$bad->start;
+$bad->safe_psql('postgres', 'CREATE INDEX t_b ON t USING amrtree (b)');
+is($bad->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'with the settings fixed, it works');
+$bad->stop;
+
+# --- a slot file whose directory does not exist is not created there: a
+# typo in amrtree.ssd_path must not put leaves on some other disk
+my $typo_dir = PostgreSQL::Test::Utils::tempdir() . '/no/such/dir';
+my $typo = amr_node('typo', conf => "amrtree.ssd_path = '$typo_dir/ssd.slots'\n");
+$typo->start;
+$typo->safe_psql('postgres', 'CREATE EXTENSION amrtree; CREATE TABLE t (b box)');
+($ret, $out, $err) = $typo->psql('postgres', 'CREATE INDEX ON t USING amrtree (b)');
+like($err, qr/the directory of amrtree\.ssd_path does not exist/, 'a missing slot file directory is an error');
+like($err, qr/HINT:  Create it, writable by the server, or correct amrtree\.ssd_path/, '... with a hint');
+ok(!-d $typo_dir, 'and the directory was not created');
+$typo->stop;
+
+# --- amrtree.ssd_size = 0 turns the SSD tier off once no leaf is on it
+my $ssd = amr_node('ssdoff', conf => "amrtree.ssd_size = 16MB\n");
+$ssd->start;
+$ssd->safe_psql('postgres', q{
+CREATE EXTENSION amrtree;
+CREATE TABLE t (id int, b box);
+INSERT INTO t SELECT i, box(point(i, 0), point(i + 0.5, 1)) FROM generate_series(1, 20000) i;
+CREATE INDEX t_b ON t USING amrtree (b) WITH (pmem_budget = '30%');
+SELECT amrtree_settle('t_b', 0);});
+my $slots = $ssd->data_dir . '/pg_amrtree/ssd.slots';
+my $q = q{SELECT count(*) FROM t WHERE b && '((100,0),(200,1))'};
+my $expected = $ssd->safe_psql('postgres', "SET enable_indexscan = off; SET enable_bitmapscan = off; $q");
+ok($ssd->safe_psql('postgres', q{SELECT leaves FROM amrtree_tier_stats('t_b') WHERE tier = 'ssd'}) > 0,
+	'leaves were demoted to the SSD tier');
+$ssd->stop;
+$ssd->adjust_conf('postgresql.conf', 'amrtree.ssd_size', '0');
+$ssd->start;
+ok($ssd->log_contains('amrtree\.ssd_size = 0, but \d+ leaves are on the SSD tier; it stays enabled'),
+	'ssd_size = 0 with leaves on SSD keeps the tier, saying why');
+is($ssd->safe_psql('postgres', "SET enable_seqscan = off; $q"), $expected, 'and every row stays reachable');
+$ssd->safe_psql('postgres', q{ALTER INDEX t_b SET (tiering = off); SELECT amrtree_settle('t_b', 0)});
+is($ssd->safe_psql('postgres', q{SELECT leaves FROM amrtree_tier_stats('t_b') WHERE tier = 'ssd'}), '0',
+	'with tiering off the leaves come back to PMEM');
+$ssd->restart;
+ok($ssd->log_contains('no leaf is on the SSD tier; no longer using slot file'), 'the next start drops the tier');
+is($ssd->safe_psql('postgres', 'SELECT ssd_slots FROM amrtree_pool_stats()'), '0', 'there is no SSD tier');
+unlink $slots;
+$ssd->restart;
+is($ssd->safe_psql('postgres', "SET enable_seqscan = off; $q"), $expected, 'removing the unused slot file is harmless');
+is($ssd->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and the index is valid');
+# and back on: a new slot file, and the tier works again
+$ssd->stop;
+$ssd->adjust_conf('postgresql.conf', 'amrtree.ssd_size', '16MB');
+$ssd->start;
+$ssd->safe_psql('postgres', q{ALTER INDEX t_b SET (tiering = on); SELECT amrtree_settle('t_b', 0)});
+ok($ssd->safe_psql('postgres', q{SELECT leaves FROM amrtree_tier_stats('t_b') WHERE tier = 'ssd'}) > 0,
+	'turned back on, the SSD tier takes leaves again');
+is($ssd->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and the index is valid');
+$ssd->stop;
 
 done_testing();

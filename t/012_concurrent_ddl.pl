@@ -1,7 +1,8 @@
 # Multi-transaction DDL against open scans: DROP INDEX CONCURRENTLY waiting
 # for a cursor while an index is built in another database (tree numbers
 # and leaf ids are cluster-wide), a cancelled DROP INDEX CONCURRENTLY,
-# REINDEX CONCURRENTLY under a cursor, and DROP EXTENSION / DROP DATABASE.
+# REINDEX CONCURRENTLY under a cursor, DROP EXTENSION / DROP DATABASE, and
+# temporary tables at the end of their session and after a crash.
 # A tree is freed only when its relation file is unlinked; until then
 # cursors read it whole and writers keep working, and nothing leaks.
 use strict;
@@ -156,5 +157,31 @@ is($node->safe_psql('postgres', 'SELECT leaf_ids_used || \'/\' || indexes FROM a
 $node->restart;
 is($node->safe_psql('postgres', 'SELECT leaf_ids_used || \'/\' || indexes FROM amrtree_pool_stats()'), '0/0',
 	'and a restart finds nothing to reclaim');
+
+# --- temporary tables: their trees go with the session, and with a crash
+my $temp_setup = q{CREATE TEMP TABLE tmp (b box);
+INSERT INTO tmp SELECT box(point(i, i), point(i + 1, i + 1)) FROM generate_series(1, 3000) i;
+CREATE INDEX tmp_b ON tmp USING amrtree (b);};
+{
+	my $s = $node->background_psql('postgres');
+	$s->query_safe($temp_setup);
+	is($node->safe_psql('postgres', 'SELECT indexes FROM amrtree_pool_stats()'), '1',
+		'a temporary index has a tree');
+	$s->quit;
+	$node->poll_query_until('postgres', 'SELECT indexes = 0 FROM amrtree_pool_stats()')
+	  or die 'the temporary tree outlived its session';
+	is($node->safe_psql('postgres', 'SELECT leaf_ids_used || \'/\' || indexes FROM amrtree_pool_stats()'), '0/0',
+		'the end of the session freed it');
+}
+{
+	my $s = $node->background_psql('postgres');
+	$s->query_safe($temp_setup);
+	$node->stop('immediate');
+	eval { $s->quit };
+	$node->start;
+	is($node->safe_psql('postgres', 'SELECT leaf_ids_used || \'/\' || indexes FROM amrtree_pool_stats()'), '0/0',
+		'after a crash the temporary tree is reclaimed');
+	ok($node->log_contains('reclaiming the trees of 1 indexes of temporary tables'), '... and the log says so');
+}
 $node->stop;
 done_testing();

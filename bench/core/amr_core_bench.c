@@ -397,7 +397,7 @@ amr_query_count(const Bench *b, const AmrBox *q, AmrLeafList *list)
 	k.prune = true;
 	k.query = *q;
 	list->n = 0;
-	amr_collect_leaves(&b->st, b->t, false, &k, 1, list, bench_realloc, NULL);
+	amr_collect_leaves(&b->st, b->t, false, &k, 1, list, NULL, NULL, bench_realloc, NULL);
 	for (i = 0; i < list->n; i++)
 	{
 		uint64_t	w = amr_lt_word(&b->st, list->ids[i]);

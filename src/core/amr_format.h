@@ -71,6 +71,8 @@ typedef enum AmrTreeState
 } AmrTreeState;
 
 #define AMR_TREE_FLAG_UNLOGGED	0x0001
+#define AMR_TREE_FLAG_TEMP		0x0002	/* index of a temporary table: owned
+										 * by backend_id, gone at restart */
 
 typedef struct AmrTreeRecord
 {
@@ -87,7 +89,9 @@ typedef struct AmrTreeRecord
 	uint32_t	budget_kind;	/* AmrBudgetKind */
 	uint32_t	tiering_off;	/* reloption tiering = off */
 	double		budget_value;	/* fraction of leaf bytes, or bytes */
-	uint64_t	reserved;
+	int32_t		backend_id;		/* AMR_TREE_FLAG_TEMP: the owning backend
+								 * (temporary relfilenodes are per backend) */
+	uint32_t	reserved;
 } AmrTreeRecord;
 
 typedef enum AmrBudgetKind
@@ -169,6 +173,9 @@ typedef struct AmrLeafHeader
 #define AMR_ENTRY_FLAG_DEAD		0x0002	/* removed in place by VACUUM when no
 										 * slot was free for a rewrite; the
 										 * position may be reused */
+#define AMR_ENTRY_FLAG_NAN		0x0004	/* key has a NaN coordinate: scans
+										 * test it with PostgreSQL's own
+										 * operator (amr_fbox_from_box) */
 
 typedef struct AmrLeafEntry
 {

@@ -202,15 +202,25 @@ amr_round_up(double v)
 	return f;
 }
 
+/*
+ * The float4 bounding box of a key, rounded outward.  A NaN coordinate
+ * becomes the infinity on its side (a low edge -inf, a high edge +inf), so
+ * no NaN ever reaches an inner node.  That is a valid bound for pruning:
+ * every box operator is a conjunction of comparisons that are false when a
+ * NaN takes part, so whether it holds for a key with NaN depends only on
+ * the key's other coordinates, and a box with those coordinates lies inside
+ * the widened one.  (Leaves still evaluate such keys with PostgreSQL's own
+ * operator: see AMR_ENTRY_FLAG_NAN.)
+ */
 static inline AmrFBox
 amr_fbox_from_box(const AmrBox *b)
 {
 	AmrFBox		r;
 
-	r.xlo = amr_round_down(b->xlo);
-	r.ylo = amr_round_down(b->ylo);
-	r.xhi = amr_round_up(b->xhi);
-	r.yhi = amr_round_up(b->yhi);
+	r.xlo = isnan(b->xlo) ? -INFINITY : amr_round_down(b->xlo);
+	r.ylo = isnan(b->ylo) ? -INFINITY : amr_round_down(b->ylo);
+	r.xhi = isnan(b->xhi) ? INFINITY : amr_round_up(b->xhi);
+	r.yhi = isnan(b->yhi) ? INFINITY : amr_round_up(b->yhi);
 	return r;
 }
 

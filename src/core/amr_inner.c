@@ -274,6 +274,24 @@ atomic_float_max(float *p, float v)
 	}
 }
 
+int
+amr_path_nodes_to_enlarge(const AmrStore *s, const AmrPath *path,
+						  const AmrFBox *b, uint32_t *nodes)
+{
+	int			d;
+	int			n = 0;
+
+	for (d = 0; d < path->depth; d++)
+	{
+		const AmrInnerNode *node = &s->nodes[path->node[d]];
+		AmrFBox		e = amr_node_entry_box(node, path->idx[d]);
+
+		if (!amr_fbox_covers(&e, b))
+			nodes[n++] = path->node[d];
+	}
+	return n;
+}
+
 void
 amr_path_enlarge(AmrStore *s, const AmrPath *path, const AmrFBox *b)
 {
@@ -348,10 +366,22 @@ split_inner(AmrStore *s, uint32_t node_id, const AmrFBox *box, uint32_t child,
 	return right_id;
 }
 
+static void
+log_split(AmrNodeSplits *log, uint32_t from, uint32_t to)
+{
+	if (log != NULL && log->n < AMR_MAX_HEIGHT + 1)
+	{
+		log->from[log->n] = from;
+		log->to[log->n] = to;
+		log->n++;
+	}
+}
+
 void
 amr_apply_leaf_split(AmrStore *s, AmrTree *t, bool nulls, const AmrPath *path,
 					 const AmrFBox *left_box, uint32_t right_leaf,
-					 const AmrFBox *right_box, uint32_t *spare_nodes)
+					 const AmrFBox *right_box, uint32_t *spare_nodes,
+					 AmrNodeSplits *log)
 {
 	int			d = path->depth - 1;
 	uint32_t	carry_child = right_leaf;
@@ -381,6 +411,7 @@ amr_apply_leaf_split(AmrStore *s, AmrTree *t, bool nulls, const AmrPath *path,
 			{
 				new_sibling = split_inner(s, node_id, &carry_box, carry_child,
 										  spare_nodes);
+				log_split(log, node_id, new_sibling);
 				new_nodes++;
 			}
 		}
@@ -413,6 +444,7 @@ amr_apply_leaf_split(AmrStore *s, AmrTree *t, bool nulls, const AmrPath *path,
 			amr_node_set_entry(r, 1, &u2, new_sibling);
 			*root_ref(t, nulls) = new_root;
 			(*height_ref(t, nulls))++;
+			log_split(log, node_id, new_root);
 			new_nodes++;
 		}
 	}
@@ -458,6 +490,7 @@ entry_matches(const AmrInnerNode *n, int i, const AmrScanKey *keys, int nkeys)
 void
 amr_collect_leaves(const AmrStore *s, const AmrTree *t, bool nulls,
 				   const AmrScanKey *keys, int nkeys, AmrLeafList *out,
+				   AmrVisitFn visit, void *visit_arg,
 				   AmrReallocFn realloc_fn, void *realloc_arg)
 {
 	uint32_t	stack[AMR_MAX_HEIGHT * AMR_INNER_FANOUT];
@@ -469,8 +502,12 @@ amr_collect_leaves(const AmrStore *s, const AmrTree *t, bool nulls,
 	stack[sp++] = root;
 	while (sp > 0)
 	{
-		const AmrInnerNode *n = &s->nodes[stack[--sp]];
+		uint32_t	node_id = stack[--sp];
+		const AmrInnerNode *n = &s->nodes[node_id];
 		int			i;
+
+		if (visit != NULL)
+			visit(node_id, visit_arg);
 
 		if (n->level == 1)
 		{

@@ -47,6 +47,7 @@ amr_reservation_init(AmrReservation *r)
 	r->nnodes = 0;
 	for (i = 0; i <= AMR_MAX_HEIGHT; i++)
 		r->nodes[i] = AMR_INVALID_NODE;
+	r->splits.n = 0;
 }
 
 void
@@ -277,7 +278,7 @@ amr_split_commit(AmrStore *s, AmrTree *t, uint32_t leaf_id, uint64_t word,
 	__atomic_add_fetch(&lv->splits_pending, 1, __ATOMIC_RELAXED);
 
 	amr_apply_leaf_split(s, t, nulls, path, nulls ? &zero : left_box,
-						 r->new_leaf, nulls ? &zero : right_box, r->nodes);
+						 r->new_leaf, nulls ? &zero : right_box, r->nodes, &r->splits);
 	__atomic_add_fetch(&t->nleaves, 1, __ATOMIC_RELAXED);
 
 	r->new_leaf = AMR_INVALID_LEAF;

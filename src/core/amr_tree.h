@@ -172,6 +172,17 @@ typedef struct AmrLeafList
 
 typedef void *(*AmrReallocFn) (void *ptr, size_t size, void *arg);
 
+/* Set an entry's key, flagging a key with NaN coordinates. */
+static inline void
+amr_entry_set_key(AmrLeafEntry *e, const AmrBox *key)
+{
+	e->key = *key;
+	if (amr_box_has_nan(key))
+		e->flags |= AMR_ENTRY_FLAG_NAN;
+	else
+		e->flags &= ~AMR_ENTRY_FLAG_NAN;
+}
+
 /* ---- Leaf Table and leaf images (amr_leaf.c) ---- */
 
 static inline AmrLeaf *
@@ -311,29 +322,55 @@ extern uint32_t amr_choose_leaf(const AmrStore *s, const AmrTree *t, bool nulls,
 extern void amr_path_enlarge(AmrStore *s, const AmrPath *path, const AmrFBox *b);
 
 /*
+ * The path's nodes whose entry box does not cover b yet, i.e. that
+ * amr_path_enlarge would change; stored in nodes[], returns how many.
+ */
+extern int	amr_path_nodes_to_enlarge(const AmrStore *s, const AmrPath *path,
+									  const AmrFBox *b, uint32_t *nodes);
+
+/*
+ * Inner nodes that took over part of another's entries in one split
+ * propagation: a node split (from -> its new sibling) or a new root (old
+ * root -> new root).  Lets the caller move per-node state, such as
+ * predicate locks, along with the entries.
+ */
+typedef struct AmrNodeSplits
+{
+	int			n;
+	uint32_t	from[AMR_MAX_HEIGHT + 1];
+	uint32_t	to[AMR_MAX_HEIGHT + 1];
+} AmrNodeSplits;
+
+/*
  * After a leaf split: set the level-1 entry of the old leaf to left_box and
  * add (right_box, right_leaf) next to it, splitting inner nodes upward as
  * needed.  spare_nodes must hold at least amr_path_nodes_needed() nodes;
- * used ones are set to AMR_INVALID_NODE.  Caller holds the tree exclusively.
+ * used ones are set to AMR_INVALID_NODE.  Node splits are recorded in log
+ * (if not NULL).  Caller holds the tree exclusively.
  */
 extern void amr_apply_leaf_split(AmrStore *s, AmrTree *t, bool nulls,
 								 const AmrPath *path,
 								 const AmrFBox *left_box,
 								 uint32_t right_leaf, const AmrFBox *right_box,
-								 uint32_t *spare_nodes);
+								 uint32_t *spare_nodes, AmrNodeSplits *log);
 
 /* Add the first leaf of an empty tree.  Caller holds the tree exclusively. */
 extern void amr_add_first_leaf(AmrStore *s, AmrTree *t, bool nulls,
 							   uint32_t leaf_id, const AmrFBox *box);
 
+/* Called with each inner node a search is about to read (predicate locks). */
+typedef void (*AmrVisitFn) (uint32_t node_id, void *arg);
+
 /*
  * Collect, in tree order, the leaves whose level-1 boxes pass every key's
- * inner test (all leaves when nkeys is 0).  Caller holds the tree lock.
+ * inner test (all leaves when nkeys is 0).  If visit is not NULL, it is
+ * called with every inner node before its entries are read.  Caller holds
+ * the tree lock.
  */
 extern void amr_collect_leaves(const AmrStore *s, const AmrTree *t, bool nulls,
 							   const AmrScanKey *keys, int nkeys,
-							   AmrLeafList *out, AmrReallocFn realloc_fn,
-							   void *realloc_arg);
+							   AmrLeafList *out, AmrVisitFn visit, void *visit_arg,
+							   AmrReallocFn realloc_fn, void *realloc_arg);
 
 /* Number of leaves (box side) a scan with these keys would visit. */
 extern uint64_t amr_count_leaves(const AmrStore *s, const AmrTree *t,
@@ -400,6 +437,7 @@ typedef struct AmrReservation
 	uint32_t	tier_right;
 	int			nnodes;
 	uint32_t	nodes[AMR_MAX_HEIGHT + 1];
+	AmrNodeSplits splits;		/* filled by amr_split_commit */
 } AmrReservation;
 
 extern void amr_reservation_init(AmrReservation *r);

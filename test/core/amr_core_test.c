@@ -212,7 +212,7 @@ index_search(AmrTree *t, const AmrScanKey *k, uint8_t *hit, size_t nrows)
 	uint32_t	i;
 
 	memset(hit, 0, nrows);
-	amr_collect_leaves(&st, t, false, k, 1, &list, test_realloc, NULL);
+	amr_collect_leaves(&st, t, false, k, 1, &list, NULL, NULL, test_realloc, NULL);
 	for (i = 0; i < list.n; i++)
 	{
 		uint64_t	w = amr_lt_word(&st, list.ids[i]);
@@ -382,6 +382,54 @@ test_inner_is_conservative(void)
 		fm = amr_fbox_from_box(&m);
 		for (s = 1; s <= AMR_NUM_STRATEGIES; s++)
 			CHECK(!amr_leaf_match(s, &k, &q) || amr_inner_match(s, &fm, &q),
+				  "strategy %d prunes a match: key (%g,%g,%g,%g) query (%g,%g,%g,%g)",
+				  s, k.xlo, k.ylo, k.xhi, k.yhi, q.xlo, q.ylo, q.xhi, q.yhi);
+	}
+	return true;
+}
+
+/*
+ * Keys with NaN coordinates: a box operator holds only through the key's
+ * other coordinates (every comparison with NaN is false), so the key's
+ * bounding box, infinite on its NaN sides, must pass the inner test
+ * whenever the key matches a query without NaN; and no NaN may reach the
+ * bounding box.
+ */
+static bool
+test_nan_keys_prune_safely(void)
+{
+	static const double specials[] = {0, 1e-7, -1e-7, 1e-6, 1, -1, INFINITY, -INFINITY, NAN};
+	int			i,
+				s;
+
+	for (i = 0; i < 200000; i++)
+	{
+		double		v[8];
+		AmrBox		k,
+					q;
+		AmrFBox		fk;
+		int			j;
+
+		for (j = 0; j < 8; j++)
+			v[j] = rng_next() % 4 == 0 ? specials[rng_next() % 8]
+				: floor(rnd() * 8) * 5e-7;
+		q.xlo = fmin(v[4], v[5]);
+		q.xhi = fmax(v[4], v[5]);
+		q.ylo = fmin(v[6], v[7]);
+		q.yhi = fmax(v[6], v[7]);
+		k.xlo = fmin(v[0], v[1]);
+		k.xhi = fmax(v[0], v[1]);
+		k.ylo = fmin(v[2], v[3]);
+		k.yhi = fmax(v[2], v[3]);
+		/* one to four NaN coordinates, anywhere */
+		for (j = 0; j < 4; j++)
+			if (j == 0 || rng_next() % 3 == 0)
+				((double *) &k)[rng_next() % 4] = NAN;
+		fk = amr_fbox_from_box(&k);
+		CHECK(!isnan(fk.xlo) && !isnan(fk.ylo) && !isnan(fk.xhi) && !isnan(fk.yhi),
+			  "a NaN reached the bounding box of (%g,%g,%g,%g)", k.xlo, k.ylo, k.xhi, k.yhi);
+		for (s = 1; s <= AMR_NUM_STRATEGIES; s++)
+			CHECK(!amr_leaf_match(s, &k, &q) || amr_inner_match(s, &fk, &q),
 				  "strategy %d prunes a match: key (%g,%g,%g,%g) query (%g,%g,%g,%g)",
 				  s, k.xlo, k.ylo, k.xhi, k.yhi, q.xlo, q.ylo, q.xhi, q.yhi);
 	}
@@ -588,7 +636,7 @@ test_bulk_pack(void)
 	k.strategy = AMR_STRAT_OVERLAP;
 	k.prune = true;
 	k.query = (AmrBox) {0.3, 0.3, 0.35, 0.4};
-	amr_collect_leaves(&st, t, false, &k, 1, &list, test_realloc, NULL);
+	amr_collect_leaves(&st, t, false, &k, 1, &list, NULL, NULL, test_realloc, NULL);
 	for (i = 0; i < st.lt_capacity; i++)
 	{
 		uint64_t	w = amr_lt_word(&st, (uint32_t) i);
@@ -661,6 +709,7 @@ main(void)
 		{"bitmap", test_bitmap},
 		{"float4_rounding_covers", test_rounding},
 		{"inner_predicates_are_conservative", test_inner_is_conservative},
+		{"nan_keys_prune_safely", test_nan_keys_prune_safely},
 		{"rstar_split_balanced", test_rstar_split},
 		{"leaf_checksum", test_checksum},
 		{"bulk_pack_and_collect", test_bulk_pack},

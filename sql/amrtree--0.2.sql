@@ -1,4 +1,16 @@
-/* amrtree--0.1.sql */
+/* amrtree--0.2.sql */
+
+-- Privileges follow PostgreSQL's own rules for index inspection:
+--  * functions that describe an index's shape or placement need SELECT on
+--    its table (checked in C);
+--  * functions that show raw leaf contents (keys, TIDs, leaf boxes, which
+--    include other sessions' uncommitted rows) are for superusers, as
+--    pageinspect's are, and refuse tables with row-level security in force
+--    for the caller; an administrator may GRANT them;
+--  * amrtree_settle, which makes the tier manager move leaves, needs
+--    ownership of the index;
+--  * cluster-wide monitoring is granted to pg_monitor here, not checked in
+--    C, so that administrators can GRANT or REVOKE it.
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION amrtree" to load this file. \quit
@@ -61,11 +73,12 @@ AS 'MODULE_PATHNAME'
 LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION amrtree_leaf_entries(regclass) IS
 'every entry of an amrtree index (for diagnosis; reads the whole index)';
+REVOKE ALL ON FUNCTION amrtree_leaf_entries(regclass) FROM PUBLIC;
 
 CREATE FUNCTION amrtree_settle(index regclass, settle_seconds float8 DEFAULT 5)
 RETURNS bigint
 AS 'MODULE_PATHNAME'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
+LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION amrtree_settle(regclass, float8) IS
 'run the tier manager on an index now, wait settle_seconds, and again until no move is pending; returns the moves made';
 
@@ -119,6 +132,7 @@ AS 'MODULE_PATHNAME'
 LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION amrtree_leaf_table(regclass) IS
 'the Leaf Table entries of an amrtree index: one row per leaf';
+REVOKE ALL ON FUNCTION amrtree_leaf_table(regclass) FROM PUBLIC;
 
 CREATE FUNCTION amrtree_pool_stats(
 	OUT pool text,
