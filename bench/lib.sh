@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Shared by bench/compare and bench/budget_sweep: dependencies, build, and a
-# run of bench/amrbench.py as the unprivileged PostgreSQL user, with its
-# throwaway cluster removed on exit and on Ctrl-C.  Sourced, not executed.
+# Shared by bench/compare, bench/budget_sweep and bench/shards: dependencies,
+# build, and a run of a Python driver (bench/amrbench.py, or the file in
+# BENCH_PY) as the unprivileged PostgreSQL user, with its throwaway clusters
+# removed on exit and on Ctrl-C.  Sourced, not executed.
 
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
@@ -18,14 +19,18 @@ install_bench_deps() {
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
-# run_driver compare|budget_sweep [--no-deps] [driver options...]
+# run_driver COMMAND [--no-deps] [driver options...]
+# runs "python3 DRIVER --workdir W --results R COMMAND options", where DRIVER
+# is $BENCH_PY if set (a driver file of its own, taking the same arguments),
+# else bench/amrbench.py (COMMAND compare or budget_sweep).
 run_driver() {
 	local cmd="$1"; shift
+	local py="${BENCH_PY:-$AMR_ROOT/bench/amrbench.py}"
 	local deps=1 args=() a
 	for a in "$@"; do
 		case "$a" in
 			--no-deps) deps=0 ;;
-			-h|--help) /usr/bin/python3 "$AMR_ROOT/bench/amrbench.py" --workdir . "$cmd" --help; exit 0 ;;
+			-h|--help) /usr/bin/python3 "$py" --workdir . "$cmd" --help; exit 0 ;;
 			*) args+=("$a") ;;
 		esac
 	done
@@ -45,7 +50,7 @@ run_driver() {
 	local rc=0
 	as_pg "$BENCH_WORK" env AMR_PG_BIN="$PG_BIN" AMRBENCH_TAG="$BENCH_TAG" \
 		AMR_COMMIT="$(git -C "$AMR_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')" \
-		/usr/bin/python3 "$AMR_ROOT/bench/amrbench.py" --workdir "$BENCH_WORK" \
+		/usr/bin/python3 "$py" --workdir "$BENCH_WORK" \
 		--results "$BENCH_WORK/results" "$cmd" "${args[@]}" || rc=$?
 	# results come back into the source tree
 	mkdir -p "$AMR_ROOT/bench/results"
