@@ -9,6 +9,7 @@ CORE_OBJS = \
 	src/core/amr_bitmap.o \
 	src/core/amr_check.o \
 	src/core/amr_inner.o \
+	src/core/amr_knn.o \
 	src/core/amr_leaf.o \
 	src/core/amr_ops.o \
 	src/core/amr_pack.o \

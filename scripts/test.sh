@@ -60,13 +60,21 @@ CONF
 
 run_core() {
 	say "core unit tests (no server)"
-	local out="$WORK/core.out"
-	if make -C "$AMR_ROOT/test/core" -s >"$out" 2>&1 && "$AMR_ROOT/test/core/amr_core_test" >>"$out" 2>&1; then :; fi
+	local out="$WORK/core.out" built=0 prog pout
+	if make -C "$AMR_ROOT/test/core" -s >"$out" 2>&1; then built=1; fi
+	# each program ends with its own "ALL CORE TESTS RAN" line; one missing
+	# means that program did not build or did not finish
+	for prog in amr_core_test amr_knn_test; do
+		pout="$WORK/core-$prog.out"
+		: >"$pout"
+		if [ "$built" = 1 ]; then "$AMR_ROOT/test/core/$prog" >"$pout" 2>&1 || true; fi
+		cat "$pout" >>"$out"
+		grep -q '^ALL CORE TESTS RAN' "$pout" || record "core/harness:$prog" fail
+	done
 	cat "$out"
 	while read -r status name; do
 		record "core/$name" "$status"
 	done < <(grep -E '^(ok|FAIL) ' "$out" | sed -E 's/^(ok|FAIL) (.*)$/\1 \2/')
-	grep -q '^ALL CORE TESTS RAN' "$out" || record "core/harness" fail
 }
 
 # pg_regress and pg_isolation_regress print one line per test:

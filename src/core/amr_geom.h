@@ -319,4 +319,311 @@ amr_fbox_center_y(const AmrFBox *b)
 	return (amr_clamp(b->ylo) + amr_clamp(b->yhi)) * 0.5;
 }
 
+/* ---- Distances for KNN ("ORDER BY key <-> point", strategy 15) ---- */
+
+/* A point: the query of a KNN search, or a key of a future point opclass. */
+typedef struct AmrPoint
+{
+	double		x;
+	double		y;
+} AmrPoint;
+
+/*
+ * PostgreSQL's float8 "<" (float8_lt in utils/float.h): NaN is larger than
+ * everything, including +Inf, and equal to itself.  KNN orders by this.
+ */
+static inline bool
+amr_float8_lt(double a, double b)
+{
+	return !isnan(a) && (isnan(b) || a < b);
+}
+
+/* PostgreSQL's float8 "=" (float8_eq): NaN equals NaN. */
+static inline bool
+amr_float8_eq(double a, double b)
+{
+	return isnan(a) ? isnan(b) : (!isnan(b) && a == b);
+}
+
+/*
+ * pg_hypot() of PostgreSQL 15 (utils/adt/geo_ops.c), the HYPOT() that every
+ * geometric distance uses: an infinite argument gives +Inf even beside a
+ * NaN, then NaN gives NaN, then |x| * sqrt(1 + (|y|/|x|)^2) with |x| the
+ * larger.  The same operations in the same order give the same bits.
+ * PostgreSQL raises "value out of range: overflow" where the result
+ * overflows; this returns +Inf (see amr_dist_box_point).
+ *
+ * The build targets baseline x86-64 (no FMA), as Debian's PostgreSQL does,
+ * so "1.0 + ratio * ratio" is a multiply and an add, rounded twice, there
+ * as here.
+ */
+static inline double
+amr_pg_hypot(double x, double y)
+{
+	double		ratio;
+
+	if (isinf(x) || isinf(y))
+		return INFINITY;
+	if (isnan(x) || isnan(y))
+		return NAN;
+	x = fabs(x);
+	y = fabs(y);
+	if (x < y)
+	{
+		double		larger = y;
+
+		y = x;
+		x = larger;
+	}
+	if (y == 0.0)
+		return x;
+	ratio = y / x;
+	return x * sqrt(1.0 + ratio * ratio);
+}
+
+/*
+ * point_dt() of geo_ops.c: HYPOT(x1 - x2, y1 - y2).  PostgreSQL's float8_mi
+ * raises an error when a difference of finite values overflows; here the
+ * difference is +-Inf and so is the distance.
+ */
+static inline double
+amr_pg_point_dt(double x1, double y1, double x2, double y2)
+{
+	return amr_pg_hypot(x1 - x2, y1 - y2);
+}
+
+/*
+ * "point <-> point" (point_distance in geo_ops.c), for a future point
+ * opclass whose keys are degenerate boxes: the key's low corner is the
+ * point.
+ */
+static inline double
+amr_dist_point_point(const AmrPoint *a, const AmrPoint *b)
+{
+	return amr_pg_point_dt(a->x, a->y, b->x, b->y);
+}
+
+/* point_eq_point() of geo_ops.c: fuzzy, except that NaN must match NaN. */
+static inline bool
+amr_pg_point_eq(double x1, double y1, double x2, double y2)
+{
+	if (isnan(x1) || isnan(y1) || isnan(x2) || isnan(y2))
+		return amr_float8_eq(x1, x2) && amr_float8_eq(y1, y2);
+	return amr_fp_eq(x1, x2) && amr_fp_eq(y1, y2);
+}
+
+/*
+ * Where the vertical line x = c meets the horizontal line y = d, computed
+ * as line_interpt_line() computes it from the LINE forms (-1)x + 0y + c = 0
+ * and 0x + (-1)y + d = 0.  Both operand orders of that function reduce to
+ * these expressions.  They are not simply (c, d): 0 * Inf is NaN, so an
+ * infinite d makes x NaN, and an infinite x makes y NaN.  Those NaNs are
+ * part of PostgreSQL's answer for infinite boxes and points.
+ */
+static inline void
+amr_pg_cross_point(double c, double d, double *x, double *y)
+{
+	double		px = (-c - 0.0 * d) / -1.0;
+	double		py = -(0.0 * px + d) / -1.0;
+
+	/* line_interpt_line() turns -0 into 0; the sign never reaches a result */
+	*x = (px == 0.0) ? 0.0 : px;
+	*y = (py == 0.0) ? 0.0 : py;
+}
+
+/*
+ * lseg_closept_point() of geo_ops.c, for a segment p0-p1 parallel to an
+ * axis (a box edge), reduced to the lines it constructs: the result is the
+ * distance from q to a "closest point" c of the segment, found as follows.
+ *
+ * The segment counts as vertical when FPeq(p0.x, p1.x) (point_sl() gives
+ * Inf, point_invsl() gives 0), so a horizontal edge of a box narrower than
+ * EPSILON is treated as vertical, through p0.  The perpendicular through q
+ * meets the segment's line at i; i counts as on the segment when
+ * FPeq(|i p0| + |i p1|, |p0 p1|) (lseg_contain_point()), and then c is i,
+ * or an endpoint point_eq_point() finds equal to i.  Otherwise c is the
+ * endpoint nearer to the perpendicular (line_closept_point(); on a tie or
+ * NaN, p1).
+ *
+ * The EPSILON fuzz, and infinite edges (|i p1| = |p0 p1| = Inf makes every
+ * i "on" the segment), mean that c may lie off the segment, so the result
+ * can be smaller than the true distance to the box: amr_fbox_point_lower_bound
+ * allows for that.
+ */
+static inline double
+amr_pg_axis_lseg_closept_dist(double p0x, double p0y, double p1x, double p1y,
+							  double qx, double qy)
+{
+	bool		vertical = amr_fp_eq(p0x, p1x);
+	double		ix,
+				iy,
+				cx,
+				cy;
+
+	/* lseg_interpt_line(): the segment's line meets the perpendicular */
+	if (vertical)
+		amr_pg_cross_point(p0x, qy, &ix, &iy);
+	else
+		amr_pg_cross_point(qx, p0y, &ix, &iy);
+
+	if (amr_fp_eq(amr_pg_point_dt(ix, iy, p0x, p0y) +
+				  amr_pg_point_dt(ix, iy, p1x, p1y),
+				  amr_pg_point_dt(p0x, p0y, p1x, p1y)))
+	{
+		if (amr_pg_point_eq(p0x, p0y, ix, iy))
+		{
+			cx = p0x;
+			cy = p0y;
+		}
+		else if (amr_pg_point_eq(p1x, p1y, ix, iy))
+		{
+			cx = p1x;
+			cy = p1y;
+		}
+		else
+		{
+			cx = ix;
+			cy = iy;
+		}
+	}
+	else
+	{
+		/*
+		 * lseg_closept_line(): each endpoint's distance to the perpendicular,
+		 * measured from where a line through the endpoint, perpendicular to
+		 * the perpendicular, meets it (line_closept_point()).
+		 */
+		double		fx,
+					fy,
+					d0,
+					d1;
+
+		if (vertical)
+			amr_pg_cross_point(p0x, qy, &fx, &fy);
+		else
+			amr_pg_cross_point(qx, p0y, &fx, &fy);
+		d0 = amr_pg_point_dt(fx, fy, p0x, p0y);
+		if (vertical)
+			amr_pg_cross_point(p1x, qy, &fx, &fy);
+		else
+			amr_pg_cross_point(qx, p1y, &fx, &fy);
+		d1 = amr_pg_point_dt(fx, fy, p1x, p1y);
+		if (d0 < d1)
+		{
+			cx = p0x;
+			cy = p0y;
+		}
+		else
+		{
+			cx = p1x;
+			cy = p1y;
+		}
+	}
+	return amr_pg_point_dt(cx, cy, qx, qy);
+}
+
+/*
+ * "box <-> point" exactly as PostgreSQL 15 computes it: dist_bp() ->
+ * box_closept_point() in src/backend/utils/adt/geo_ops.c.  0 when q is in
+ * the box or on its border (exact comparisons, no EPSILON); otherwise the
+ * smallest non-NaN distance to the four edges, taken in PostgreSQL's order
+ * (left edge from the low corner, top edge from the high corner, bottom edge
+ * from the low corner, right edge from the high corner), each computed by
+ * amr_pg_axis_lseg_closept_dist; NaN only if all four are NaN.  This is not
+ * the clamp-and-hypot distance: within EPSILON of an edge or a corner, for
+ * boxes thinner than EPSILON and for infinite boxes the results differ, and
+ * ORDER BY must agree with the operator that a sequential scan evaluates.
+ *
+ * Where PostgreSQL raises "value out of range: overflow" (differences or
+ * distances of coordinates near +-1e308), this returns +Inf: the executor
+ * raises the error itself when it evaluates the operator on that row.
+ * b must not have NaN coordinates (amrtree rejects such keys); q may.
+ */
+static inline double
+amr_dist_box_point(const AmrBox *b, const AmrPoint *q)
+{
+	double		dist,
+				d;
+
+	/* box_contain_point() */
+	if (b->xhi >= q->x && b->xlo <= q->x && b->yhi >= q->y && b->ylo <= q->y)
+		return 0.0;
+
+	dist = amr_pg_axis_lseg_closept_dist(b->xlo, b->ylo, b->xlo, b->yhi, q->x, q->y);
+	d = amr_pg_axis_lseg_closept_dist(b->xhi, b->yhi, b->xlo, b->yhi, q->x, q->y);
+	if (amr_float8_lt(d, dist))
+		dist = d;
+	d = amr_pg_axis_lseg_closept_dist(b->xlo, b->ylo, b->xhi, b->ylo, q->x, q->y);
+	if (amr_float8_lt(d, dist))
+		dist = d;
+	d = amr_pg_axis_lseg_closept_dist(b->xhi, b->yhi, b->xhi, b->ylo, q->x, q->y);
+	if (amr_float8_lt(d, dist))
+		dist = d;
+	return dist;
+}
+
+/*
+ * A lower bound of amr_dist_box_point(b, q) for every box b inside the
+ * float4 box m (and so of amr_dist_point_point for every point inside m).
+ * Outward rounding makes m larger than the float8 boxes it covers, which
+ * can only lower this bound, so a bound taken from an inner node's or a
+ * level-1 entry's box holds for every key below it.
+ *
+ * With dx, dy the per-axis distances from q to m, the true distance from q
+ * to b is at least hypot(dx, dy), and amr_dist_box_point's "closest point"
+ * is a corner of b, or a point of an edge's line: (edge x, q.y) on a
+ * vertical edge, at distance >= dx, or (q.x, edge y) on a horizontal one, at
+ * distance >= dy.  Such a point lies off b only when lseg_contain_point()'s
+ * fuzz accepts it, which needs q within about EPSILON (plus rounding of the
+ * coordinates' magnitude) of m along the edge, or an infinite edge.  So the
+ * bound is hypot(dx, dy), lowered to dx when dy is within that slack and to
+ * dy when dx is.  (Rounding: float8 subtraction is monotone, so every
+ * coordinate difference PostgreSQL computes is at least dx or dy, and
+ * pg_hypot is within 4 ulps of the true hypotenuse: the 2^-48 reduction
+ * covers both.)  A query with a NaN coordinate gets 0: its distances are
+ * NaN or Inf, and it prunes nothing.
+ */
+static inline double
+amr_fbox_point_lower_bound(const AmrFBox *m, const AmrPoint *q)
+{
+	double		dx,
+				dy,
+				bound,
+				slack_x,
+				slack_y;
+
+	if (isnan(q->x) || isnan(q->y))
+		return 0.0;
+	if (q->x < m->xlo)
+		dx = (double) m->xlo - q->x;
+	else if (q->x > m->xhi)
+		dx = q->x - (double) m->xhi;
+	else
+		dx = 0.0;
+	if (q->y < m->ylo)
+		dy = (double) m->ylo - q->y;
+	else if (q->y > m->yhi)
+		dy = q->y - (double) m->yhi;
+	else
+		dy = 0.0;
+
+	if (dx == 0.0 || dy == 0.0)
+		bound = dx + dy;		/* pg_hypot(v, 0) is exactly v */
+	else if (fmax(dx, dy) < 0x1p-900)
+		bound = fmax(dx, dy);	/* no relative error bound near denormals */
+	else
+		bound = amr_pg_hypot(dx, dy) * (1.0 - 0x1p-48);
+
+	/* Inf when a coordinate is infinite: then only the axis bound holds */
+	slack_y = 1.0001e-6 + 0x1p-50 * (fabs(q->y) + fabs((double) m->ylo) +
+									 fabs((double) m->yhi));
+	slack_x = 1.0001e-6 + 0x1p-50 * (fabs(q->x) + fabs((double) m->xlo) +
+									 fabs((double) m->xhi));
+	if (dy <= slack_y && dx < bound)
+		bound = dx;
+	if (dx <= slack_x && dy < bound)
+		bound = dy;
+	return bound;
+}
+
 #endif							/* AMR_GEOM_H */
