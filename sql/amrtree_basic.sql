@@ -83,7 +83,7 @@ FROM nan_q;
 DELETE FROM empty_t WHERE id > 100;
 
 -- what is not supported, and says so
-CREATE INDEX ON empty_t USING amrtree (b) WITH (fillfactor = 50);
+CREATE INDEX ON empty_t USING amrtree (b) WITH (pages_per_range = 4);
 CREATE TABLE two_boxes (a box, b box);
 CREATE INDEX ON two_boxes USING amrtree (a, b);
 CREATE INDEX ON two_boxes USING amrtree (a) INCLUDE (b);

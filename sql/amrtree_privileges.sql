@@ -109,6 +109,19 @@ SELECT count(*) FROM priv_t WHERE b && box '((0,0),(1,1))';
 SELECT budget_bytes FROM amrtree_tier_stats('priv_t_b') WHERE tier = 'pmem';
 ALTER INDEX priv_t_b RESET (pmem_budget);
 
+-- GiST's fillfactor and buffering are accepted, with GiST's checks
+CREATE INDEX priv_ff ON priv_t USING amrtree (b) WITH (fillfactor = 50, buffering = on);
+SELECT leaves > (SELECT leaves FROM amrtree_index_stats('priv_t_b')) AS more_leaves
+FROM amrtree_index_stats('priv_ff');
+DROP INDEX priv_ff;
+CREATE INDEX priv_bad ON priv_t USING amrtree (b) WITH (buffering = invalid_value);
+CREATE INDEX priv_bad ON priv_t USING amrtree (b) WITH (fillfactor = 9);
+CREATE INDEX priv_bad ON priv_t USING amrtree (b) WITH (fillfactor = 101);
+ALTER INDEX priv_t_b SET (fillfactor = 40);
+REINDEX INDEX priv_t_b;
+SELECT amrtree_check('priv_t_b');
+ALTER INDEX priv_t_b RESET (fillfactor);
+
 -- SET TABLESPACE to where the index already is: a no-op, as in PostgreSQL
 ALTER INDEX priv_t_b SET TABLESPACE pg_default;
 ALTER INDEX ALL IN TABLESPACE pg_default SET TABLESPACE pg_default;

@@ -5,7 +5,8 @@
  *
  * The heap is scanned once into an in-memory array of leaf entries; the
  * entries are put in STR order (linear-time radix sorts) and cut into leaves
- * filled to AMR_BUILD_LEAF_FILL, which are written sequentially to PMEM
+ * filled to the index's fillfactor (90% by default, as GiST's), which are
+ * written sequentially to PMEM
  * slots with non-temporal stores and published in the Leaf Table one by one.
  * The inner levels are packed the same way from the leaf boxes.  No WAL is
  * written for the tree (it is rebuilt from the Leaf Table, not replayed),
@@ -30,8 +31,6 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
-/* leave a little room in packed leaves so the first inserts do not split */
-#define AMR_BUILD_LEAF_FILL		((int) (AMR_LEAF_CAPACITY * 9 / 10))
 #define AMR_BUILD_INNER_FILL	((AMR_INNER_FANOUT * 7) / 8)
 
 #define AMR_PHASE_SCAN			2
@@ -110,6 +109,15 @@ build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
 		amr_entry_set_key(e, &key);
 	}
 	memcpy(&e->tid_blk_hi, tid, sizeof(ItemPointerData));
+}
+
+static int
+pack_item_ref_cmp(const void *a, const void *b)
+{
+	uint32		ra = ((const AmrPackItem *) a)->ref;
+	uint32		rb = ((const AmrPackItem *) b)->ref;
+
+	return ra < rb ? -1 : ra > rb;
 }
 
 /* Reserve a leaf id and a slot, on *tier or else the other tier, or neither. */
@@ -209,7 +217,7 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 		   bool nulls, XLogRecPtr lsn, Size *done)
 {
 	AmrStore   *s = &amr_store;
-	int			fill = AMR_BUILD_LEAF_FILL;
+	int			fill = amr_build_leaf_fill(index);
 	AmrPackItem *items;
 	AmrPackItem *scratch;
 	AmrPackItem *leaf_items;
@@ -281,6 +289,13 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 				dst = tier == AMR_TIER_SSD ? &batch.images[batch.n] : img;
 				amr_leaf_image_init(dst, leaf_id, t->tree_no, t->generation,
 									AMR_WORD_VERSION(amr_lt_word(s, leaf_id)) + 1, nulls);
+				/*
+				 * Within a leaf, heap order (refs number the rows in the order
+				 * the heap scan met them): an index scan then fetches a leaf's
+				 * rows in TID order, and returns them in the order GiST,
+				 * which fills its leaves by insertion, tends to.
+				 */
+				qsort(&items[first], take, sizeof(AmrPackItem), pack_item_ref_cmp);
 				for (i = 0; i < take; i++)
 				{
 					dst->entries[i] = entries[items[first + i].ref];

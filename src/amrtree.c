@@ -48,6 +48,14 @@ static relopt_kind amr_relopt_kind;
 
 static void validate_budget(const char *value);
 
+/* GiST's values for its "buffering" option */
+static relopt_enum_elt_def buffering_options[] = {
+	{"auto", 0},
+	{"on", 1},
+	{"off", 2},
+	{(const char *) NULL}
+};
+
 static const struct config_enum_entry io_method_options[] = {
 	{"io_uring", AMR_IO_URING, false},
 	{"sync", AMR_IO_SYNC, false},
@@ -295,6 +303,15 @@ _PG_init(void)
 	add_bool_reloption(amr_relopt_kind, "tiering",
 					   "Move leaves between PMEM and SSD by hotness and budget (off: everything stays on PMEM)",
 					   AMR_TIERING_DEFAULT, ShareUpdateExclusiveLock);
+	add_int_reloption(amr_relopt_kind, "fillfactor",
+					  "Packs every index leaf of a build to this percentage",
+					  AMR_FILLFACTOR_DEFAULT, AMR_FILLFACTOR_MIN, AMR_FILLFACTOR_MAX,
+					  ShareUpdateExclusiveLock);
+	add_enum_reloption(amr_relopt_kind, "buffering",
+					   "Accepted for compatibility with GiST; amrtree always builds by sorting",
+					   buffering_options, 0,
+					   gettext_noop("Valid values are \"on\", \"off\", and \"auto\"."),
+					   ShareUpdateExclusiveLock);
 	if (!process_shared_preload_libraries_in_progress)
 	{
 		/*
@@ -462,12 +479,23 @@ amroptions(Datum reloptions, bool validate)
 {
 	static const relopt_parse_elt tab[] = {
 		{"pmem_budget", RELOPT_TYPE_STRING, offsetof(AmrOptions, pmem_budget_offset)},
-		{"tiering", RELOPT_TYPE_BOOL, offsetof(AmrOptions, tiering)}
+		{"tiering", RELOPT_TYPE_BOOL, offsetof(AmrOptions, tiering)},
+		{"fillfactor", RELOPT_TYPE_INT, offsetof(AmrOptions, fillfactor)},
+		{"buffering", RELOPT_TYPE_ENUM, offsetof(AmrOptions, buffering)}
 	};
 
 	return (bytea *) build_reloptions(reloptions, validate,
 									  amr_relopt_kind,
 									  sizeof(AmrOptions), tab, lengthof(tab));
+}
+
+int
+amr_build_leaf_fill(Relation index)
+{
+	AmrOptions *o = (AmrOptions *) index->rd_options;
+	int			fillfactor = o ? o->fillfactor : AMR_FILLFACTOR_DEFAULT;
+
+	return Max(1, (int) (AMR_LEAF_CAPACITY * fillfactor / 100));
 }
 
 /* ---- keys ---- */

@@ -66,9 +66,19 @@
 #define AMR_CACHE_MIN_KB				0	/* disabled */
 #define AMR_CACHE_MAX_KB				(INT_MAX / 2)
 
-/* Reloptions: pmem_budget (a string, see amr_parse_budget) and tiering. */
+/*
+ * Reloptions: pmem_budget (a string, see amr_parse_budget) and tiering; and
+ * GiST's fillfactor (the same range and default) and buffering (accepted so
+ * that GiST's DDL runs unchanged; amrtree always builds by sorting).
+ */
 #define AMR_PMEM_BUDGET_DEFAULT			"unlimited"
 #define AMR_TIERING_DEFAULT				true
+#define AMR_FILLFACTOR_DEFAULT			90
+#define AMR_FILLFACTOR_MIN				10
+#define AMR_FILLFACTOR_MAX				100
+
+/* How full a build packs leaves, in entries, from the index's fillfactor. */
+extern int	amr_build_leaf_fill(Relation index);
 
 extern int	amr_dram_size_kb;
 extern char *amr_pmem_path;
@@ -104,6 +114,8 @@ typedef struct AmrOptions
 	int32		vl_len_;		/* varlena header (do not touch directly!) */
 	int			pmem_budget_offset; /* string: "unlimited", "20%", "64MB" */
 	bool		tiering;
+	int			fillfactor;		/* how full a build packs leaves, percent */
+	int			buffering;		/* GiST's option, accepted, no effect */
 } AmrOptions;
 
 /* pmem_budget parsed: kind and value (fraction or bytes) */
