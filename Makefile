@@ -26,10 +26,12 @@ OBJS = \
 	src/amr_fault.o \
 	src/amr_funcs.o \
 	src/amr_insert.o \
-	src/amr_leafio.o \
+	src/amr_leafstore.o \
+	src/amr_pins.o \
 	src/amr_reconcile.o \
 	src/amr_scan.o \
 	src/amr_shmem.o \
+	src/amr_ssdio.o \
 	src/amr_ssdcache.o \
 	src/amr_tier.o \
 	src/amr_vacuum.o \

@@ -19,7 +19,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "amrtree.h"
+#include "amr_leafstore.h"
 
 #include "access/tableam.h"
 #include "catalog/index.h"
@@ -120,30 +120,21 @@ pack_item_ref_cmp(const void *a, const void *b)
 	return ra < rb ? -1 : ra > rb;
 }
 
-/* Reserve a leaf id and a slot, on *tier or else the other tier, or neither. */
+/* Reserve a leaf id and a slot, on *tier or else the other tier (*tier says which). */
 static void
 reserve_leaf(Relation index, uint32 *tier, uint32 *leaf_id, uint32 *slot)
 {
-	AmrStore   *s = &amr_store;
-	int64		v;
-	AmrBitmap  *bm;
-
-	*leaf_id = amr_alloc_leaf_id(index);
-	bm = *tier == AMR_TIER_SSD ? s->ssd_used : s->pmem_used;
-	v = bm ? amr_bitmap_alloc_keep(bm, AMR_SLOT_RESERVE) : -1;
-	if (v < 0)
+	*leaf_id = amr_take_leaf_id(index);
+	PG_TRY();
 	{
-		/* the wanted tier is full: the other one, if there is one */
-		*tier = *tier == AMR_TIER_SSD ? AMR_TIER_PMEM : AMR_TIER_SSD;
-		bm = *tier == AMR_TIER_SSD ? s->ssd_used : s->pmem_used;
-		v = bm ? amr_bitmap_alloc_keep(bm, AMR_SLOT_RESERVE) : -1;
+		amr_take_slot(index, AMR_SLOT_ADDS, *tier, tier, slot);
 	}
-	if (v < 0)
+	PG_CATCH();
 	{
-		amr_bitmap_clear(s->leaf_ids_used, *leaf_id);
-		amr_report_status(s->ssd_used ? AMR_ERR_SSD_FULL : AMR_ERR_PMEM_FULL, index);
+		amr_bitmap_clear(amr_store.leaf_ids_used, *leaf_id);
+		PG_RE_THROW();
 	}
-	*slot = (uint32) v;
+	PG_END_TRY();
 }
 
 #define SSD_BATCH 64
@@ -162,12 +153,7 @@ static void
 publish_leaf(AmrTree *t, uint32 leaf_id, uint32 tier, uint32 slot, const AmrLeaf *img,
 			 const AmrFBox *mbr, bool nulls, AmrPackItem *item)
 {
-	AmrStore   *s = &amr_store;
-
-	amr_lt_publish_new(s, leaf_id, t->tree_no, t->generation,
-					   nulls ? AMR_LT_FLAG_NULLS : 0, AMR_INVALID_LEAF, 0,
-					   tier, slot, mbr, img);
-	amr_leaf_volatile_reset(&s->leaves[leaf_id]);
+	amr_leaf_publish(t, leaf_id, tier, slot, img, mbr, nulls);
 	item->box = nulls ? (AmrFBox) {0, 0, 0, 0} : *mbr;
 	item->ref = leaf_id;
 	__atomic_add_fetch(&t->nleaves, 1, __ATOMIC_RELAXED);
@@ -186,9 +172,8 @@ flush_batch(Relation index, AmrTree *t, SsdBatch *b, bool nulls,
 		return;
 	for (i = 0; i < b->n; i++)
 		imgs[i] = &b->images[i];
-	amr_ssd_write_images(index, b->slot, imgs, b->n);
 	AMR_FAULT_POINT("build:before_leaf");
-	amr_ssd_flush(index);
+	amr_leaf_write_ssd_batch(index, b->slot, imgs, b->n);
 	AMR_FAULT_POINT("build:after_leaf_persisted");
 	for (i = 0; i < b->n; i++)
 	{
@@ -207,7 +192,7 @@ release_batch(SsdBatch *b)
 	for (i = 0; i < b->n; i++)
 	{
 		amr_bitmap_clear(amr_store.leaf_ids_used, b->leaf_id[i]);
-		amr_bitmap_clear(amr_store.ssd_used, b->slot[i]);
+		amr_give_back_slot(AMR_TIER_SSD, b->slot[i]);
 	}
 	b->n = 0;
 }
@@ -284,7 +269,7 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 					locked = true;
 				}
 				/* PMEM while within the budget (if any), the rest to SSD */
-				tier = amr_new_image_tier(t, 1, remaining--);
+				tier = amr_tree_new_image_tier(t, 1, remaining--);
 				reserve_leaf(index, &tier, &leaf_id, &slot);
 				dst = tier == AMR_TIER_SSD ? &batch.images[batch.n] : img;
 				amr_leaf_image_init(dst, leaf_id, t->tree_no, t->generation,
@@ -307,7 +292,7 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 				if (tier == AMR_TIER_PMEM)
 				{
 					AMR_FAULT_POINT("build:before_leaf");
-					amr_tier_write(index, tier, slot, dst);
+					amr_leaf_write_image(index, tier, slot, dst);
 					AMR_FAULT_POINT("build:after_leaf_persisted");
 					publish_leaf(t, leaf_id, tier, slot, dst, &mbr, nulls,
 								 &leaf_items[nleaves++]);

@@ -36,7 +36,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "amrtree.h"
+#include "amr_leafstore.h"
 
 #include "access/transam.h"
 #include "access/xact.h"
@@ -159,12 +159,7 @@ amr_tree_free_storage(uint32 tree_no)
 		if (!amr_lt_owned_by(s, id, word, tree_no, generation))
 			continue;
 		LWLockAcquire(amr_leaf_lock(id), LW_EXCLUSIVE);
-		amr_cache_unpin(t, id);
-		word = amr_lt_release(s, id);
-		AMR_FAULT_POINT("drop:after_leaf_released");
-		amr_free_word_slot(&amr_store, word);
-		amr_bitmap_clear(s->leaf_ids_used, id);
-		amr_leaf_volatile_reset(&s->leaves[id]);
+		amr_leaf_free(t, id);
 		LWLockRelease(amr_leaf_lock(id));
 	}
 	amr_tree_reset_dram(t);
@@ -678,15 +673,12 @@ amr_xact_callback(XactEvent event, void *arg)
 			if (pending_actions != NULL && amr_shared != NULL)
 				apply_commit();
 			pending_actions = NULL;
-			amr_pins_release_all(InvalidSubTransactionId);
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			if (pending_actions != NULL && amr_shared != NULL)
 				apply_abort(InvalidSubTransactionId);
 			pending_actions = NULL;
-			amr_pins_release_all(InvalidSubTransactionId);
-			amr_tier_unlock();
 			break;
 		default:
 			break;
@@ -709,8 +701,6 @@ amr_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		case SUBXACT_EVENT_ABORT_SUB:
 			if (amr_shared != NULL)
 				apply_abort(mySubid);
-			amr_pins_release_all(mySubid);
-			amr_tier_unlock();
 			break;
 		default:
 			break;

@@ -9,7 +9,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "amrtree.h"
+#include "amr_leafstore.h"
 
 #include <math.h>
 
@@ -702,7 +702,7 @@ amrtree_leaf_entries(PG_FUNCTION_ARGS)
 				CHECK_FOR_INTERRUPTS();
 			if (!amr_lt_owned_by(&amr_store, id, word, t->tree_no, t->generation))
 				continue;
-			if (amr_leaf_copy(index, t, id, buf, NULL, NULL) == 0)
+			if (amr_leaf_read(index, t, id, buf, NULL, NULL) == 0)
 				continue;
 			for (i = 0; i < buf->hdr.nentries; i++)
 			{
@@ -911,7 +911,7 @@ amrtree_tier_stats(PG_FUNCTION_ARGS)
 			budget_null = true;
 		else
 			budget_bytes += t->budget_kind == AMR_BUDGET_BYTES ? (int64) t->budget_value
-				: (int64) amr_budget_leaves(t, 0) * AMR_SLOT_SIZE;
+				: (int64) amr_tree_budget_leaves(t, 0) * AMR_SLOT_SIZE;
 	}
 	close_inspected(indexes);
 

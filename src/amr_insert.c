@@ -14,7 +14,7 @@
  * empty side of the tree gets its first leaf.  Those run optimistically, so
  * that no lock is held during I/O:
  *
- *	1. look: choose the leaf and copy its image (amr_leaf_copy);
+ *	1. look: choose the leaf and copy its image (amr_leaf_read);
  *	2. reserve a leaf id, slots on the tiers the budget allows, and the
  *	   inner nodes a split will consume;
  *	3. build the new images and make them durable (PMEM copy, or SSD write
@@ -29,7 +29,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "amrtree.h"
+#include "amr_leafstore.h"
 
 #include "access/xact.h"
 #include "miscadmin.h"
@@ -79,7 +79,7 @@ try_append(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 		word = amr_lt_word(s, leaf_id);
 		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 		{
-			AmrLeaf    *leaf = amr_leaf_resolve(index, t, leaf_id, &word);
+			AmrLeaf    *leaf = amr_leaf_pmem_image(index, t, leaf_id, &word);
 
 			if (leaf->hdr.nentries < AMR_LEAF_CAPACITY ||
 				(dead = amr_leaf_find_dead(leaf)) >= 0)
@@ -90,12 +90,7 @@ try_append(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 						nwidened = amr_path_nodes_to_enlarge(s, &path, box, widened);
 					amr_path_enlarge(s, &path, box);
 				}
-				if (dead < 0)
-					amr_leaf_append_pmem(s, leaf_id, leaf, e, box);
-				else
-					amr_leaf_reuse_dead_pmem(s, leaf_id, leaf, dead, e, box);
-				amr_cache_refresh(leaf_id, leaf);
-				amr_leaf_access(leaf_id, true);
+				amr_leaf_append(t, leaf_id, leaf, e, box, dead);
 				__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
 				done = true;
 			}
@@ -109,30 +104,16 @@ try_append(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 }
 
 /*
- * Reserve, falling back to the other tier when the chosen one is full, and
- * raising the error (with its hint) when both are.  Caller holds the publish
- * lock in shared mode.
+ * Reserve what a first leaf, rewrite or split consumes (amr_reserve takes a
+ * slot on the other tier when the wanted one is full), raising the error,
+ * with its hint, when that is not possible.  Caller holds the publish lock
+ * in shared mode.
  */
 static void
-reserve_with_fallback(Relation index, int need, uint32 tier_left,
-					  uint32 tier_right, bool left_adds, AmrReservation *r)
+reserve(Relation index, int need, uint32 tier_left, uint32 tier_right, bool left_adds,
+		AmrReservation *r)
 {
-	AmrStore   *s = &amr_store;
-	AmrStatus	st = amr_reserve(s, need, tier_left, tier_right, left_adds, r);
-
-	if ((st == AMR_ERR_PMEM_FULL && s->ssd_used != NULL) || st == AMR_ERR_SSD_FULL)
-	{
-		uint32		other = st == AMR_ERR_PMEM_FULL ? AMR_TIER_SSD : AMR_TIER_PMEM;
-		AmrStatus	st2 = amr_reserve(s, need, other,
-									  tier_right == AMR_TIER_NONE ? AMR_TIER_NONE : other,
-									  left_adds, r);
-
-		if (st2 == AMR_OK)
-			return;
-		/* both full: report the tier we wanted */
-	}
-	if (st != AMR_OK)
-		amr_report_status(st, index);
+	amr_report_status(amr_reserve(&amr_store, need, tier_left, tier_right, left_adds, r), index);
 }
 
 /* Is the PMEM image of a leaf still what we copied? (leaf held) */
@@ -156,12 +137,12 @@ add_first_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 	uint32		leaf_id = AMR_INVALID_LEAF;
 
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-	reserve_with_fallback(index, 0, amr_new_image_tier(t, 1, 1), AMR_TIER_NONE, true, &r);
+	reserve(index, 0, amr_tree_new_image_tier(t, 1, 1), AMR_TIER_NONE, true, &r);
 	PG_TRY();
 	{
 		amr_first_leaf_prepare(s, t, e, nulls, &r, img);
 		AMR_FAULT_POINT("first_leaf:before_image");
-		amr_tier_write(index, r.tier_left, r.slot_left, img);
+		amr_leaf_write_image(index, r.tier_left, r.slot_left, img);
 		AMR_FAULT_POINT("first_leaf:after_image_persisted");
 		LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
 		if (amr_choose_leaf(s, t, nulls, box, &path) == AMR_INVALID_LEAF)
@@ -170,7 +151,7 @@ add_first_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 			root = nulls ? t->null_root : t->root;
 			leaf_id = r.new_leaf;
 			START_CRIT_SECTION();
-			amr_first_leaf_commit(s, t, e, img, nulls, &r);
+			amr_leaf_first_commit(t, e, img, nulls, &r);
 			__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
 			END_CRIT_SECTION();
 			done = true;
@@ -218,14 +199,14 @@ rewrite_with_entry(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls
 	mbr = nulls ? amr_fbox_empty() : amr_leaf_image_mbr(img);
 
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-	reserve_with_fallback(index, 0, amr_new_image_tier(t, 1, 0), AMR_TIER_NONE, false, &r);
+	reserve(index, 0, amr_tree_new_image_tier(t, 1, 0), AMR_TIER_NONE, false, &r);
 	/* no leaf id is needed: give it back */
 	amr_bitmap_clear(s->leaf_ids_used, r.new_leaf);
 	r.new_leaf = AMR_INVALID_LEAF;
 	PG_TRY();
 	{
 		AMR_FAULT_POINT("rewrite:before_image");
-		amr_tier_write(index, r.tier_left, r.slot_left, img);
+		amr_leaf_write_image(index, r.tier_left, r.slot_left, img);
 		AMR_FAULT_POINT("rewrite:after_image_persisted");
 		LWLockAcquire(amr_tree_lock(t), LW_SHARED);
 		if (amr_choose_leaf(s, t, nulls, box, &path) == leaf_id)
@@ -241,15 +222,11 @@ rewrite_with_entry(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls
 					amr_path_enlarge(s, &path, box);
 				}
 				START_CRIT_SECTION();
-				old = amr_lt_switch(s, leaf_id, r.tier_left, r.slot_left, &mbr, img);
+				old = amr_leaf_switch(t, leaf_id, r.tier_left, r.slot_left, &mbr, img, true);
 				AMR_FAULT_POINT("rewrite:after_switch");
-				amr_free_word_slot(s, old);
 				r.slot_left = AMR_INVALID_SLOT;
 				__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
 				END_CRIT_SECTION();
-				amr_cache_refresh(leaf_id, img);
-				amr_ssd_cache_put(t, leaf_id, amr_lt_word(s, leaf_id), img);
-				amr_leaf_access(leaf_id, true);
 				if (r.tier_left == AMR_TIER_PMEM && AMR_WORD_TIER(old) == AMR_TIER_SSD)
 					__atomic_add_fetch(&t->write_promotions, 1, __ATOMIC_RELAXED);
 				done = true;
@@ -310,7 +287,7 @@ split_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 	AmrPath		path;
 	AmrFBox		lbox,
 				rbox;
-	uint32		tier_right = amr_new_image_tier(t, 1, 1);
+	uint32		tier_right = amr_tree_new_image_tier(t, 1, 1);
 	uint32		tier_left;
 	bool		done = false;
 	uint32		changed[AMR_MAX_HEIGHT];
@@ -320,18 +297,18 @@ split_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 	if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 		tier_left = AMR_TIER_PMEM;
 	else
-		tier_left = amr_new_image_tier(t, tier_right == AMR_TIER_PMEM ? 2 : 1, 1);
+		tier_left = amr_tree_new_image_tier(t, tier_right == AMR_TIER_PMEM ? 2 : 1, 1);
 
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-	reserve_with_fallback(index, *need, tier_left, tier_right, false, &r);
+	reserve(index, *need, tier_left, tier_right, false, &r);
 	PG_TRY();
 	{
 		amr_split_prepare(s, t, leaf_id, snap, word, e, nulls, &r, left, right,
 						  &lbox, &rbox);
 		AMR_FAULT_POINT("split:before_images");
-		amr_tier_write(index, r.tier_right, r.slot_right, right);
+		amr_leaf_write_image(index, r.tier_right, r.slot_right, right);
 		AMR_FAULT_POINT("split:after_right_persisted");
-		amr_tier_write(index, r.tier_left, r.slot_left, left);
+		amr_leaf_write_image(index, r.tier_left, r.slot_left, left);
 		AMR_FAULT_POINT("split:after_new_leaf_persisted");
 
 		LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
@@ -357,17 +334,12 @@ split_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 						amr_path_enlarge(s, &path, box);
 					}
 					START_CRIT_SECTION();
-					amr_split_commit(s, t, leaf_id, word, &path, nulls, &r, left, right,
-									 &lbox, &rbox);
+					amr_leaf_split_commit(t, leaf_id, word, &path, nulls, &r, left, right,
+										  &lbox, &rbox);
 					__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
 					END_CRIT_SECTION();
 					nchanged = split_moves_locks(index, &path, leaf_id, right->hdr.leaf_id,
 												 &r.splits, nwidened, changed);
-					amr_cache_refresh(leaf_id, left);
-					amr_ssd_cache_put(t, leaf_id, amr_lt_word(s, leaf_id), left);
-					amr_ssd_cache_put(t, right->hdr.leaf_id,
-									  amr_lt_word(s, right->hdr.leaf_id), right);
-					amr_leaf_access(leaf_id, true);
 					done = true;
 				}
 				LWLockRelease(amr_leaf_lock(leaf_id));
@@ -418,7 +390,7 @@ insert_slow(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 				break;
 			continue;
 		}
-		word = amr_leaf_copy(index, t, leaf_id, snap, NULL, NULL);
+		word = amr_leaf_read(index, t, leaf_id, snap, NULL, NULL);
 		if (word == 0)
 			continue;
 		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM &&

@@ -31,7 +31,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "amrtree.h"
+#include "amr_leafstore.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -287,7 +287,7 @@ prune_beyond(XLogRecPtr horizon, const uint8 *keep)
 				if (!(leaf->entries[i].flags & AMR_ENTRY_FLAG_DEAD) &&
 					leaf->entries[i].insert_lsn > horizon)
 				{
-					amr_leaf_mark_dead_pmem(leaf, (int) i);
+					amr_leaf_mark_dead(leaf, (int) i);
 					pruned++;
 				}
 			}
@@ -295,10 +295,9 @@ prune_beyond(XLogRecPtr horizon, const uint8 *keep)
 		else
 		{
 			uint32		slot = AMR_WORD_SLOT(word);
-			uint32		tier = AMR_TIER_SSD;
-			int64		new_slot;
+			uint32		tier;
+			uint32		new_slot;
 			AmrFBox		mbr;
-			uint64		old;
 
 			if (e->lsn_hint != AMR_LSN_HINT_UNKNOWN &&
 				((uint64) e->lsn_hint << AMR_LSN_HINT_SHIFT) <= horizon)
@@ -330,13 +329,7 @@ prune_beyond(XLogRecPtr horizon, const uint8 *keep)
 			if (img->hdr.nentries == amr_leaf_live_entries(buf))
 				continue;		/* the hint was loose: nothing to drop */
 
-			new_slot = amr_bitmap_alloc(s->ssd_used);
-			if (new_slot < 0)
-			{
-				tier = AMR_TIER_PMEM;
-				new_slot = amr_bitmap_alloc(s->pmem_used);
-			}
-			if (new_slot < 0)
+			if (!amr_try_take_slot(AMR_SLOT_REPLACES, AMR_TIER_SSD, &tier, &new_slot))
 				ereport(ERROR,
 						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 						 errmsg("amrtree cannot finish crash recovery: no free leaf slot to rewrite leaf %u",
@@ -344,9 +337,9 @@ prune_beyond(XLogRecPtr horizon, const uint8 *keep)
 						 errhint("Raise amrtree.ssd_size or amrtree.pmem_size and restart the server.")));
 			/* the box of the old image still covers the survivors */
 			mbr = amr_lt_mbr(s, id, word);
-			amr_tier_write(NULL, tier, (uint32) new_slot, img);
-			old = amr_lt_switch(s, id, tier, (uint32) new_slot, &mbr, img);
-			amr_free_word_slot(s, old);
+			amr_leaf_write_image(NULL, tier, new_slot, img);
+			(void) amr_leaf_switch(&s->trees[buf->hdr.tree_no], id, tier, new_slot, &mbr, img,
+								   false);
 		}
 	}
 	return pruned;

@@ -22,7 +22,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "amrtree.h"
+#include "amr_leafstore.h"
 
 #include "access/relscan.h"
 #include "access/xact.h"
@@ -33,9 +33,6 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
-
-/* how many SSD-resident candidate leaves a scan reads with one submission */
-#define AMR_SCAN_PREFETCH 16
 
 typedef struct AmrScanOpaqueData
 {
@@ -64,13 +61,8 @@ typedef struct AmrScanOpaqueData
 	ItemPointerData tids[AMR_LEAF_CAPACITY];
 	AmrBox		boxes[AMR_LEAF_CAPACITY];
 	bool		isnull[AMR_LEAF_CAPACITY];
-	AmrLeaf    *leaf;			/* the leaf being evaluated (aligned) */
-
-	/* SSD leaves read ahead together (io_uring queue depth > 1) */
-	int			pf_n;
-	uint32		pf_ids[AMR_SCAN_PREFETCH];
-	uint64		pf_words[AMR_SCAN_PREFETCH];
-	AmrLeaf    *pf_bufs[AMR_SCAN_PREFETCH];
+	AmrLeaf    *leaf;			/* a leaf copy (aligned) */
+	AmrReadAhead readahead;		/* SSD leaves read with one submission */
 } AmrScanOpaqueData;
 
 typedef AmrScanOpaqueData *AmrScanOpaque;
@@ -103,14 +95,7 @@ amrbeginscan(Relation r, int nkeys, int norderbys)
 	so->pgkeys = palloc0(sizeof(ScanKey) * Max(nkeys, 1));
 	so->pinned_leaf = AMR_INVALID_LEAF;
 	so->leaf = amr_alloc_leaf_buffer();
-	{
-		char	   *p = palloc((AMR_SCAN_PREFETCH + 1) * AMR_SLOT_SIZE);
-		int			i;
-
-		p = (char *) TYPEALIGN(AMR_SLOT_SIZE, p);
-		for (i = 0; i < AMR_SCAN_PREFETCH; i++)
-			so->pf_bufs[i] = (AmrLeaf *) (p + (Size) i * AMR_SLOT_SIZE);
-	}
+	amr_readahead_init(&so->readahead);
 	scan->opaque = so;
 	scan->xs_itupdesc = RelationGetDescr(r);
 	return scan;
@@ -140,7 +125,7 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 
 	release_batch(so);
 	so->started = false;
-	so->pf_n = 0;
+	amr_readahead_reset(&so->readahead);
 	so->cand.n = 0;
 	so->cand_pos = 0;
 	so->no_match = false;
@@ -282,79 +267,17 @@ entry_matches(AmrScanOpaque so, const AmrLeafEntry *e)
 }
 
 /*
- * Does reading this leaf take a device read?  Not if it is on PMEM, held in
- * DRAM by rule R6, or in the SSD cache.
- */
-static bool
-needs_device_read(uint32 leaf_id, uint64 word)
-{
-	return AMR_WORD_TIER(word) == AMR_TIER_SSD &&
-		amr_store.leaves[leaf_id].cache_slot < 0 &&
-		!amr_ssd_cache_holds(leaf_id, word);
-}
-
-/*
- * Read ahead the SSD-resident leaves among the next candidates, all with
- * one submission, so that a scan touching several SSD leaves waits for the
- * device once rather than once per leaf.  Words are read without locks; a
- * prefetched image is used only if the word is unchanged when the scan gets
- * to the leaf (SSD images are immutable while referenced).  Leaves the SSD
- * cache holds are left out: they cost a copy, not a read.
- */
-static void
-prefetch_ssd(IndexScanDesc scan)
-{
-	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
-	AmrStore   *s = &amr_store;
-	uint32		slots[AMR_SCAN_PREFETCH];
-	uint32		i;
-	int			n = 0;
-
-	for (i = so->cand_pos; i < so->cand.n && n < AMR_SCAN_PREFETCH; i++)
-	{
-		uint32		id = so->cand.ids[i];
-		uint64		word = amr_lt_word(s, id);
-
-		if (!needs_device_read(id, word) || AMR_WORD_SLOT(word) >= s->ssd_nslots)
-			continue;
-		so->pf_ids[n] = id;
-		so->pf_words[n] = word;
-		slots[n] = AMR_WORD_SLOT(word);
-		n++;
-	}
-	so->pf_n = 0;
-	if (n > 1)
-	{
-		amr_ssd_read_images(scan->indexRelation, slots, so->pf_bufs, n);
-		so->pf_n = n;
-	}
-}
-
-static AmrLeaf *
-prefetched(AmrScanOpaque so, uint32 leaf_id, uint64 word)
-{
-	int			i;
-
-	for (i = 0; i < so->pf_n; i++)
-		if (so->pf_ids[i] == leaf_id && so->pf_words[i] == word)
-			return so->pf_bufs[i];
-	return NULL;
-}
-
-/*
- * Read one leaf's matches into the batch.  The leaf is copied (under its
- * lock for PMEM and DRAM copies, validated for SSD) and evaluated
- * afterwards, so no operator ever runs with a lock held.
+ * Read one leaf's matches into the batch.  The leaf is copied (or read
+ * from SSD) by the leaf store and evaluated afterwards, so no operator
+ * ever runs with a lock held.
  */
 static void
 load_leaf(IndexScanDesc scan, uint32 leaf_id)
 {
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
 	AmrTree    *t = so->tree;
-	AmrStore   *s = &amr_store;
-	AmrLeafVolatile *v = &s->leaves[leaf_id];
-	AmrLeaf    *img = so->leaf;
-	uint64		word;
+	const AmrLeaf *img;
+	uint32		follow;
 	int			n;
 	int			i;
 
@@ -370,47 +293,17 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 		PredicateLockPage(scan->indexRelation, amr_pred_leaf_block(leaf_id),
 						  scan->xs_snapshot);
 
-	LWLockAcquire(amr_leaf_lock(leaf_id), LW_SHARED);
-	word = amr_lt_word(s, leaf_id);
-	if (!amr_lt_owned_by(s, leaf_id, word, t->tree_no, so->generation))
+	img = amr_leaf_read_for_scan(scan->indexRelation, t, so->generation, leaf_id,
+								 so->start_nsn, &so->readahead, so->leaf, &follow);
+	/* a leaf of a live tree is never freed: if it is gone, so is the tree */
+	if (img == NULL || img->hdr.tree_generation != so->generation)
 	{
-		/* a leaf of a live tree is never freed: the tree must be gone */
-		LWLockRelease(amr_leaf_lock(leaf_id));
 		check_tree_unchanged(scan);
 		return;
 	}
 	/* split after we collected the candidates: follow the moved entries */
-	if (v->nsn > so->start_nsn && v->rightlink != AMR_INVALID_LEAF)
-		amr_leaf_list_push(&so->cand, v->rightlink, scan_realloc, so->scan_cxt);
-	if (v->cache_slot >= 0 || AMR_WORD_TIER(word) == AMR_TIER_PMEM)
-	{
-		const AmrLeaf *src = v->cache_slot >= 0 ? &amr_leaf_cache[v->cache_slot]
-			: amr_leaf_resolve(scan->indexRelation, t, leaf_id, &word);
-
-		memcpy(img, src, amr_leaf_image_bytes(src));
-		LWLockRelease(amr_leaf_lock(leaf_id));
-	}
-	else
-	{
-		AmrLeaf    *pf;
-
-		LWLockRelease(amr_leaf_lock(leaf_id));
-		pf = prefetched(so, leaf_id, word);
-		if (pf != NULL)
-		{
-			amr_leaf_validate(scan->indexRelation, t, leaf_id, word, pf, true);
-			amr_ssd_cache_put(t, leaf_id, word, pf);
-			img = pf;
-		}
-		else if (amr_leaf_copy(scan->indexRelation, t, leaf_id, img, NULL, NULL) == 0)
-		{
-			check_tree_unchanged(scan);
-			return;
-		}
-	}
-	if (img->hdr.tree_generation != so->generation)
-		check_tree_unchanged(scan);
-	amr_leaf_access(leaf_id, false);
+	if (follow != AMR_INVALID_LEAF)
+		amr_leaf_list_push(&so->cand, follow, scan_realloc, so->scan_cxt);
 
 	n = (int) img->hdr.nentries;
 	for (i = 0; i < n; i++)
@@ -440,15 +333,8 @@ next_batch(IndexScanDesc scan)
 		if (so->cand_pos >= so->cand.n)
 			return false;
 		CHECK_FOR_INTERRUPTS();
-		if (amr_store.ssd_used != NULL)
-		{
-			uint32		id = so->cand.ids[so->cand_pos];
-			uint64		word = amr_lt_word(&amr_store, id);
-
-			/* the next leaf must come from the device: read ahead with it */
-			if (needs_device_read(id, word) && prefetched(so, id, word) == NULL)
-				prefetch_ssd(scan);
-		}
+		amr_readahead(&so->readahead, scan->indexRelation, &so->cand.ids[so->cand_pos],
+					  (int) (so->cand.n - so->cand_pos));
 		load_leaf(scan, so->cand.ids[so->cand_pos++]);
 		if (so->nitems > 0)
 			return true;

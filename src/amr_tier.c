@@ -25,19 +25,21 @@
  * read).  Queries never wait for I/O done by the tier manager, and stay
  * correct whether it runs or not.
  *
- * Cycles of one tree are serialised by tier_busy (the worker, settle, and
- * amrtree_check); waiting for it is interruptible.
+ * Cycles of one tree are serialised by its tier lock (the worker, settle,
+ * and amrtree_check); waiting for it is interruptible.
  *
  *-------------------------------------------------------------------------
  */
-#include "amrtree.h"
+#include "amr_leafstore.h"
 
 #include <math.h>
 
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "access/xact.h"
 #include "postmaster/bgworker.h"
+#include "storage/condition_variable.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -53,6 +55,7 @@
 PGDLLEXPORT void amr_tier_worker_main(Datum arg);
 
 /* the tree whose tier_busy this process holds, released on error and exit */
+/* the tree whose tier lock this process holds, released on error and exit */
 static AmrTree *held_tier_tree = NULL;
 static bool exit_callback_registered = false;
 
@@ -70,6 +73,15 @@ release_tier_on_exit(int code, Datum arg)
 	amr_tier_unlock();
 }
 
+/*
+ * The tier lock of a tree serialises its tier-manager cycles with
+ * amrtree_settle and amrtree_check.  It is held for whole cycles, with I/O
+ * and interrupts allowed, so it is not an LWLock (those hold off
+ * interrupts): a busy flag set by compare-and-swap, and a condition
+ * variable that waiters sleep on until a holder lets go.  A holder that
+ * errors out lets go in its transaction's abort (or, for the worker, in its
+ * error handler), one that exits in before_shmem_exit.
+ */
 static bool
 tier_trylock(AmrTree *t)
 {
@@ -90,16 +102,14 @@ tier_trylock(AmrTree *t)
 void
 amr_tier_lock(AmrTree *t)
 {
+	if (tier_trylock(t))
+		return;
+	ConditionVariablePrepareToSleep(&amr_shared->tier_cv);
 	while (!tier_trylock(t))
-	{
-		CHECK_FOR_INTERRUPTS();
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 10L, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-	}
+		ConditionVariableSleep(&amr_shared->tier_cv, PG_WAIT_EXTENSION);
+	ConditionVariableCancelSleep();
 }
 
-/* Release the tier lock this process holds, if any (also in abort paths). */
 void
 amr_tier_unlock(void)
 {
@@ -107,7 +117,31 @@ amr_tier_unlock(void)
 	{
 		__atomic_store_n(&held_tier_tree->tier_busy, 0, __ATOMIC_RELEASE);
 		held_tier_tree = NULL;
+		ConditionVariableBroadcast(&amr_shared->tier_cv);
 	}
+}
+
+static void
+tier_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		amr_tier_unlock();
+}
+
+static void
+tier_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					  SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		amr_tier_unlock();
+}
+
+/* At preload: a backend's tier lock goes when its transaction aborts. */
+void
+amr_tier_register_callbacks(void)
+{
+	RegisterXactCallback(tier_xact_callback, NULL);
+	RegisterSubXactCallback(tier_subxact_callback, NULL);
 }
 
 static AmrPolicyParams
@@ -128,7 +162,8 @@ typedef struct Migration
 {
 	uint32		leaf_id;
 	uint64		word;			/* the word when we copied the image */
-	int64		slot;			/* reserved on the target tier, -1 if none */
+	bool		has_slot;		/* a slot on the target tier is taken */
+	uint32		slot;
 	AmrLeaf    *img;			/* the copy, with the next version stamped */
 } Migration;
 
@@ -136,42 +171,35 @@ typedef struct Migration
  * Copy -> write the leaf's image to a new slot on tier "to" (paper
  * Algorithms 3 and 4), with no lock held.  SSD images are only copied
  * here: the caller writes the whole batch with one submission and syncs it
- * once.  Caller holds the publish lock in shared mode (the slot is reserved
- * but not yet published).  Returns false if there is nothing to do or the
- * target tier is full.
+ * once.  Caller holds the publish lock in shared mode (the slot is taken
+ * but not yet referenced).  Returns false if there is nothing to do or the
+ * target tier has no slot to spare: moving a leaf is optional, so it
+ * leaves the reserve to the paths that must not fail (AMR_SLOT_MIGRATES).
  */
 static bool
 migrate_prepare(AmrTree *t, Migration *m, uint32 to)
 {
-	AmrStore   *s = &amr_store;
-	AmrBitmap  *bm = to == AMR_TIER_SSD ? s->ssd_used : s->pmem_used;
+	uint32		tier;
 
-	m->slot = -1;
-	if (bm == NULL)
-		return false;
-	m->word = amr_leaf_copy(NULL, t, m->leaf_id, m->img, NULL, NULL);
+	m->has_slot = false;
+	m->word = amr_leaf_read(NULL, t, m->leaf_id, m->img, NULL, NULL);
 	if (m->word == 0 || AMR_WORD_TIER(m->word) == to)
 		return false;
-	/*
-	 * Moving a leaf is optional, so it leaves the last few slots of each
-	 * tier to the paths that must not fail: VACUUM rewrites and split
-	 * halves that replace a slot they free.
-	 */
-	m->slot = amr_bitmap_alloc_keep(bm, AMR_SLOT_RESERVE);
-	if (m->slot < 0)
+	if (!amr_try_take_slot(AMR_SLOT_MIGRATES, to, &tier, &m->slot))
 		return false;
+	m->has_slot = true;
 	/* the image as it will be once the word switches to it */
 	m->img->hdr.version = AMR_WORD_VERSION(m->word) + 1;
 	PG_TRY();
 	{
 		AMR_FAULT_POINT(to == AMR_TIER_PMEM ? "promote:before_copy" : "demote:before_copy");
 		if (to == AMR_TIER_PMEM)
-			amr_tier_write(NULL, to, (uint32) m->slot, m->img);
+			amr_leaf_write_image(NULL, to, m->slot, m->img);
 	}
 	PG_CATCH();
 	{
-		amr_bitmap_clear(bm, (uint64) m->slot);
-		m->slot = -1;
+		amr_give_back_slot(to, m->slot);
+		m->has_slot = false;
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -180,14 +208,14 @@ migrate_prepare(AmrTree *t, Migration *m, uint32 to)
 
 /*
  * Switch the Leaf Table word to the new copy, if the leaf did not change
- * meanwhile (the commit point), then reclaim the old slot.  The new copy
- * must be durable.  Returns whether the leaf moved; if not, frees the slot.
+ * meanwhile (the commit point); the leaf store returns the old slot.  The
+ * new copy must be durable.  Returns whether the leaf moved; if not, gives
+ * the slot back.
  */
 static bool
 migrate_commit(AmrTree *t, Migration *m, uint32 to)
 {
 	AmrStore   *s = &amr_store;
-	AmrBitmap  *bm = to == AMR_TIER_SSD ? s->ssd_used : s->pmem_used;
 	bool		moved = false;
 
 	LWLockAcquire(amr_leaf_lock(m->leaf_id), LW_EXCLUSIVE);
@@ -207,25 +235,18 @@ migrate_commit(AmrTree *t, Migration *m, uint32 to)
 		if (unchanged)
 		{
 			AmrFBox		mbr = amr_lt_mbr(s, m->leaf_id, m->word);
-			uint64		old;
 
 			START_CRIT_SECTION();
-			old = amr_lt_switch(s, m->leaf_id, to, (uint32) m->slot, &mbr, m->img);
+			(void) amr_leaf_switch(t, m->leaf_id, to, m->slot, &mbr, m->img, false);
 			AMR_FAULT_POINT(to == AMR_TIER_PMEM ? "promote:after_switch" : "demote:after_switch");
-			amr_free_word_slot(s, old);
 			END_CRIT_SECTION();
-			/* a DRAM copy (R6) follows: it is the same image, new version */
-			amr_cache_refresh(m->leaf_id, m->img);
-			/* a demoted leaf is often written again soon: keep a copy */
-			if (to == AMR_TIER_SSD)
-				amr_ssd_cache_put(t, m->leaf_id, amr_lt_word(s, m->leaf_id), m->img);
 			moved = true;
 		}
 	}
 	LWLockRelease(amr_leaf_lock(m->leaf_id));
 	if (!moved)
-		amr_bitmap_clear(bm, (uint64) m->slot);
-	m->slot = -1;
+		amr_give_back_slot(to, m->slot);
+	m->has_slot = false;
 	return moved;
 }
 
@@ -257,28 +278,23 @@ migrate_batch(AmrTree *t, const uint32 *ids, int n, uint32 to, Migration *m,
 			CHECK_FOR_INTERRUPTS();
 			if (migrate_prepare(t, &m[i], to) && to == AMR_TIER_SSD)
 			{
-				slots[nwrites] = (uint32) m[i].slot;
+				slots[nwrites] = m[i].slot;
 				imgs[nwrites] = m[i].img;
 				nwrites++;
 			}
 		}
 		if (nwrites > 0)
-		{
-			amr_ssd_write_images(NULL, slots, imgs, nwrites);
-			amr_ssd_flush(NULL);
-		}
+			amr_leaf_write_ssd_batch(NULL, slots, imgs, nwrites);
 		AMR_FAULT_POINT(to == AMR_TIER_PMEM ? "promote:after_copy_persisted" : "demote:after_copy_persisted");
 		for (i = 0; i < n; i++)
-			if (m[i].slot >= 0)
+			if (m[i].has_slot)
 				moved[i] = migrate_commit(t, &m[i], to);
 	}
 	PG_CATCH();
 	{
-		AmrBitmap  *bm = to == AMR_TIER_SSD ? amr_store.ssd_used : amr_store.pmem_used;
-
 		for (i = 0; i < n; i++)
-			if (m[i].slot >= 0)
-				amr_bitmap_clear(bm, (uint64) m[i].slot);
+			if (m[i].has_slot)
+				amr_give_back_slot(to, m[i].slot);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -295,11 +311,11 @@ set_dram_hold(AmrTree *t, uint32 leaf_id, bool hold, AmrLeaf *buf)
 	if (!hold)
 	{
 		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
-		amr_cache_unpin(t, leaf_id);
+		amr_leaf_unhold(t, leaf_id);
 		LWLockRelease(amr_leaf_lock(leaf_id));
 		return;
 	}
-	word = amr_leaf_copy(NULL, t, leaf_id, buf, NULL, NULL);
+	word = amr_leaf_read(NULL, t, leaf_id, buf, NULL, NULL);
 	if (word == 0)
 		return;
 	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
@@ -310,7 +326,7 @@ set_dram_hold(AmrTree *t, uint32 leaf_id, bool hold, AmrLeaf *buf)
 		/* a PMEM image may have taken appends since the copy: take it now */
 		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 			cur = amr_pmem_slot(s, AMR_WORD_SLOT(word));
-		amr_cache_pin(t, leaf_id, cur);
+		amr_leaf_hold(t, leaf_id, cur);
 	}
 	LWLockRelease(amr_leaf_lock(leaf_id));
 }
@@ -389,7 +405,7 @@ tree_cycle(AmrTree *t, TreeCands *tc, AmrLeaf *buf)
 
 	moves = palloc(sizeof(AmrMove) * (tc->n + 1));
 	if (t->tiering)
-		nmoves = amr_plan_moves(tc->c, tc->n, amr_budget_leaves(t, 0), can_demote, moves);
+		nmoves = amr_plan_moves(tc->c, tc->n, amr_tree_budget_leaves(t, 0), can_demote, moves);
 	else
 	{
 		/* tiering off: everything belongs on PMEM (e.g. after ALTER INDEX) */

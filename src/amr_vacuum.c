@@ -21,7 +21,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "amrtree.h"
+#include "amr_leafstore.h"
 
 #include "access/xlog.h"
 #include "commands/vacuum.h"
@@ -63,10 +63,13 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
 	uint64		i;
 	uint64		kept = 0;
 	uint64		removed = 0;
-	int64		free_slot;
+	uint32		tier;
+	uint32		slot;
+	bool		have_slot;
 
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-	free_slot = AMR_FAULT_ACTIVE("vacuum:pmem_full") ? -1 : amr_bitmap_alloc(s->pmem_used);
+	have_slot = !AMR_FAULT_ACTIVE("vacuum:pmem_full") &&
+		amr_try_take_slot(AMR_SLOT_REPLACES_HERE, AMR_TIER_PMEM, &tier, &slot);
 	/* shared: amrtree_check, which holds it exclusively, sees no half change */
 	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
 	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
@@ -75,13 +78,13 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
 		/* migrated since we looked: the caller looks again */
 		LWLockRelease(amr_leaf_lock(leaf_id));
 		LWLockRelease(amr_tree_lock(t));
-		if (free_slot >= 0)
-			amr_bitmap_clear(s->pmem_used, (uint64) free_slot);
+		if (have_slot)
+			amr_give_back_slot(tier, slot);
 		LWLockRelease(&amr_shared->publish_lock);
 		*kept_out = UINT64_MAX;
 		return 0;
 	}
-	leaf = amr_leaf_resolve(index, t, leaf_id, &word);
+	leaf = amr_leaf_pmem_image(index, t, leaf_id, &word);
 	amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation,
 						AMR_WORD_VERSION(word) + 1,
 						(leaf->hdr.flags & AMR_LEAF_FLAG_NULLS) != 0);
@@ -98,37 +101,34 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
 		else
 		{
 			removed++;
-			if (free_slot < 0)
+			if (!have_slot)
 			{
 				AMR_FAULT_POINT("vacuum:before_mark_dead");
-				amr_leaf_mark_dead_pmem(leaf, (int) i);
+				amr_leaf_mark_dead(leaf, (int) i);
 				AMR_FAULT_POINT("vacuum:after_mark_dead");
 			}
 		}
 	}
-	if (removed > 0 && free_slot >= 0)
+	if (removed > 0 && have_slot)
 	{
 		AmrFBox		mbr;
-		uint64		old_word;
 
 		img->hdr.nentries = kept;
 		mbr = (img->hdr.flags & AMR_LEAF_FLAG_NULLS) ? amr_fbox_empty()
 			: amr_leaf_image_mbr(img);
 		AMR_FAULT_POINT("vacuum:before_image");
-		amr_tier_write(index, AMR_TIER_PMEM, (uint32) free_slot, img);
+		amr_leaf_write_image(index, tier, slot, img);
 		AMR_FAULT_POINT("vacuum:after_image_persisted");
 		/* commit point */
-		old_word = amr_lt_switch(s, leaf_id, AMR_TIER_PMEM, (uint32) free_slot, &mbr, img);
+		(void) amr_leaf_switch(t, leaf_id, tier, slot, &mbr, img, false);
 		AMR_FAULT_POINT("vacuum:after_switch");
-		amr_free_word_slot(s, old_word);
-		amr_cache_refresh(leaf_id, img);
 	}
 	else
 	{
-		if (free_slot >= 0)
-			amr_bitmap_clear(s->pmem_used, (uint64) free_slot);
+		if (have_slot)
+			amr_give_back_slot(tier, slot);
 		if (removed > 0)
-			amr_cache_refresh(leaf_id, leaf);
+			amr_leaf_refresh_copy(leaf_id, leaf);
 	}
 	if (removed > 0)
 		__atomic_sub_fetch(&t->nentries, removed, __ATOMIC_RELAXED);
@@ -155,8 +155,8 @@ vacuum_ssd_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 	AmrFBox		mbr;
 	uint64		i;
 	uint64		removed = 0;
-	uint32		tier = AMR_TIER_SSD;
-	int64		slot;
+	uint32		tier;
+	uint32		slot;
 	bool		done = false;
 
 	amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation,
@@ -178,29 +178,18 @@ vacuum_ssd_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 	mbr = (img->hdr.flags & AMR_LEAF_FLAG_NULLS) ? amr_fbox_empty() : amr_leaf_image_mbr(img);
 
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-	slot = amr_bitmap_alloc(s->ssd_used);
-	if (slot < 0)
-	{
-		tier = AMR_TIER_PMEM;
-		slot = amr_bitmap_alloc(s->pmem_used);
-	}
-	if (slot < 0)
-		amr_report_status(AMR_ERR_SSD_FULL, index);
+	amr_take_slot(index, AMR_SLOT_REPLACES, AMR_TIER_SSD, &tier, &slot);
 	PG_TRY();
 	{
 		AMR_FAULT_POINT("vacuum:before_image");
-		amr_tier_write(index, tier, (uint32) slot, img);
+		amr_leaf_write_image(index, tier, slot, img);
 		AMR_FAULT_POINT("vacuum:after_image_persisted");
 		LWLockAcquire(amr_tree_lock(t), LW_SHARED);
 		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
 		if (amr_lt_word(s, leaf_id) == word)
 		{
-			uint64		old_word;
-
-			old_word = amr_lt_switch(s, leaf_id, tier, (uint32) slot, &mbr, img);
+			(void) amr_leaf_switch(t, leaf_id, tier, slot, &mbr, img, false);
 			AMR_FAULT_POINT("vacuum:after_switch");
-			amr_free_word_slot(s, old_word);
-			amr_cache_refresh(leaf_id, img);
 			__atomic_sub_fetch(&t->nentries, removed, __ATOMIC_RELAXED);
 			done = true;
 		}
@@ -209,12 +198,12 @@ vacuum_ssd_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 	}
 	PG_CATCH();
 	{
-		amr_bitmap_clear(tier == AMR_TIER_SSD ? s->ssd_used : s->pmem_used, (uint64) slot);
+		amr_give_back_slot(tier, slot);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 	if (!done)
-		amr_bitmap_clear(tier == AMR_TIER_SSD ? s->ssd_used : s->pmem_used, (uint64) slot);
+		amr_give_back_slot(tier, slot);
 	LWLockRelease(&amr_shared->publish_lock);
 	*kept_out = done ? img->hdr.nentries : UINT64_MAX;
 	return done ? removed : 0;
@@ -263,7 +252,7 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 			uint64		kept = 0;
 
 			vacuum_delay_point();
-			word = amr_leaf_copy(index, t, leaf_id, snap, &nsn, &rightlink);
+			word = amr_leaf_read(index, t, leaf_id, snap, &nsn, &rightlink);
 			if (word == 0)
 				break;
 			/* split since we collected the leaves: follow what moved */

@@ -328,6 +328,8 @@ _PG_init(void)
 	amr_register_wal_rmgr(amr_wal_rmgr_id);
 	amr_shmem_init_hooks();
 	amr_directory_register_hooks();
+	amr_pins_register_callbacks();
+	amr_tier_register_callbacks();
 	amr_register_worker();
 }
 

@@ -18,6 +18,7 @@
 #include "port/atomics.h"
 #include "common/relpath.h"
 #include "lib/stringinfo.h"
+#include "storage/condition_variable.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "utils/geo_decls.h"
@@ -145,6 +146,7 @@ typedef struct AmrSharedState
 	LWLock		publish_lock;	/* shared by slot reservations that are not
 								 * yet published; exclusive for a consistent
 								 * allocator check */
+	ConditionVariable tier_cv;	/* a tree's tier lock was released */
 	pg_atomic_uint32 attached;	/* reconciliation done since (re)start */
 	int			tree_tranche;
 	int			leaf_tranche;
@@ -261,40 +263,41 @@ amr_leaf_lock(uint32 leaf_id)
 	return &amr_leaf_locks[leaf_id];
 }
 
-/* ---- leaf storage (amr_leafio.c) ---- */
+/* ---- SSD slot I/O (amr_ssdio.c; the leaf store is its user) ---- */
 
-extern void amr_report_status(AmrStatus st, Relation index);
-extern uint32 amr_alloc_leaf_id(Relation index);
-extern uint32 amr_alloc_pmem_slot(Relation index);
-extern AmrLeaf *amr_leaf_resolve(Relation index, AmrTree *t, uint32 leaf_id,
-								 uint64 *word_out);
-extern void amr_leaf_validate(Relation index, AmrTree *t, uint32 leaf_id,
-							  uint64 word, const AmrLeaf *img, bool from_ssd);
-extern uint64 amr_leaf_copy(Relation index, AmrTree *t, uint32 leaf_id,
-							AmrLeaf *buf, uint64 *nsn, uint32 *rightlink);
-extern void amr_ssd_read_images(Relation index, const uint32 *slots,
-								AmrLeaf **bufs, int n);
-extern void amr_tier_write(Relation index, uint32 tier, uint32 slot, AmrLeaf *img);
+/* Read n slots into 4 KiB-aligned buffers with one submission; ERROR on failure. */
+extern void amr_ssd_read_images(Relation index, const uint32 *slots, AmrLeaf **bufs, int n);
+
+/* Seal (checksum) and write n images with one submission; synced if sync. */
 extern void amr_ssd_write_images(Relation index, const uint32 *slots, AmrLeaf **imgs,
-								 int n);
-extern void amr_ssd_flush(Relation index);
-extern AmrLeaf *amr_alloc_leaf_buffer(void);
-extern uint64 amr_budget_leaves(const AmrTree *t, uint64 extra_leaves);
-extern uint32 amr_new_image_tier(const AmrTree *t, int new_pmem, int new_leaves);
-extern bool amr_cache_pin(AmrTree *t, uint32 leaf_id, const AmrLeaf *image);
-extern void amr_cache_unpin(AmrTree *t, uint32 leaf_id);
-extern void amr_cache_refresh(uint32 leaf_id, const AmrLeaf *image);
-extern void amr_leaf_access(uint32 leaf_id, bool write);
+								 int n, bool sync);
 
-/* pins taken by scans whose returned TIDs VACUUM must not outrun */
+/* Make every SSD write so far durable. */
+extern void amr_ssd_flush(Relation index);
+
+/* ---- scan pins (amr_pins.c) ---- */
+
+/* Pin a leaf whose matches a scan is returning: VACUUM waits for it. */
 extern void amr_pin_leaf(AmrTree *t, uint32 leaf_id);
+
+/* Drop this backend's pin on a leaf. */
 extern void amr_unpin_leaf(AmrTree *t, uint32 leaf_id);
+
+/* Wait until no scan pins the leaf (VACUUM, after removing entries). */
 extern void amr_wait_for_unpin(AmrTree *t, uint32 leaf_id);
-extern void amr_pins_release_all(SubTransactionId subid);
+
+/* At preload: pins are released when their (sub)transaction ends. */
+extern void amr_pins_register_callbacks(void);
 
 /* ---- tier manager (amr_tier.c) ---- */
+/* Take the tier lock of a tree (interruptible wait); see amr_tier.c. */
 extern void amr_tier_lock(AmrTree *t);
+
+/* Release the tier lock this process holds, if any (also in abort paths). */
 extern void amr_tier_unlock(void);
+
+/* At preload: a backend's tier lock goes when its transaction aborts. */
+extern void amr_tier_register_callbacks(void);
 extern uint64 amr_tier_cycle_tree(AmrTree *t);
 extern double amr_now_seconds(void);
 extern void amr_register_worker(void);

@@ -57,27 +57,59 @@ amr_release_reservation(AmrStore *s, AmrReservation *r)
 
 	if (r->new_leaf != AMR_INVALID_LEAF)
 		amr_bitmap_clear(s->leaf_ids_used, r->new_leaf);
-	if (r->slot_left != AMR_INVALID_SLOT)
-		amr_bitmap_clear(tier_bitmap(s, r->tier_left), r->slot_left);
-	if (r->slot_right != AMR_INVALID_SLOT)
-		amr_bitmap_clear(tier_bitmap(s, r->tier_right), r->slot_right);
+	amr_slot_give_back(s, r->tier_left, r->slot_left);
+	amr_slot_give_back(s, r->tier_right, r->slot_right);
 	for (i = 0; i <= AMR_MAX_HEIGHT; i++)
 		if (r->nodes[i] != AMR_INVALID_NODE)
 			amr_node_free(s, r->nodes[i]);
 	amr_reservation_init(r);
 }
 
-static AmrStatus
-alloc_slot(AmrStore *s, uint32_t tier, bool adds, uint32_t *slot)
+/* A free slot of one tier, within the reserve or not. */
+static int64_t
+take_on_tier(AmrStore *s, uint32_t tier, bool may_use_reserve)
 {
 	AmrBitmap  *bm = tier_bitmap(s, tier);
+
+	if (bm == NULL)
+		return -1;
+	return may_use_reserve ? amr_bitmap_alloc(bm) : amr_bitmap_alloc_keep(bm, AMR_SLOT_RESERVE);
+}
+
+AmrStatus
+amr_slot_take(AmrStore *s, AmrSlotPurpose purpose, uint32_t tier,
+			  uint32_t *tier_out, uint32_t *slot_out)
+{
+	bool		reserve_ok = purpose == AMR_SLOT_REPLACES || purpose == AMR_SLOT_REPLACES_HERE;
+	bool		other_ok = purpose == AMR_SLOT_ADDS || purpose == AMR_SLOT_REPLACES;
+	uint32_t	other = tier == AMR_TIER_SSD ? AMR_TIER_PMEM : AMR_TIER_SSD;
 	int64_t		v;
 
-	if (bm == NULL ||
-		(v = adds ? amr_bitmap_alloc_keep(bm, AMR_SLOT_RESERVE) : amr_bitmap_alloc(bm)) < 0)
-		return tier == AMR_TIER_SSD ? AMR_ERR_SSD_FULL : AMR_ERR_PMEM_FULL;
-	*slot = (uint32_t) v;
-	return AMR_OK;
+	if ((v = take_on_tier(s, tier, reserve_ok)) >= 0)
+	{
+		*tier_out = tier;
+		*slot_out = (uint32_t) v;
+		return AMR_OK;
+	}
+	if (other_ok && (v = take_on_tier(s, other, reserve_ok)) >= 0)
+	{
+		*tier_out = other;
+		*slot_out = (uint32_t) v;
+		return AMR_OK;
+	}
+	/* both tiers full is an SSD-tier matter when there is one */
+	if (tier == AMR_TIER_SSD || (other_ok && s->ssd_used != NULL))
+		return AMR_ERR_SSD_FULL;
+	return AMR_ERR_PMEM_FULL;
+}
+
+void
+amr_slot_give_back(AmrStore *s, uint32_t tier, uint32_t slot)
+{
+	AmrBitmap  *bm = tier_bitmap(s, tier);
+
+	if (bm != NULL && slot != AMR_INVALID_SLOT)
+		amr_bitmap_clear(bm, slot);
 }
 
 AmrStatus
@@ -96,10 +128,12 @@ amr_reserve(AmrStore *s, int need, uint32_t tier_left, uint32_t tier_right,
 	if ((v = amr_bitmap_alloc(s->leaf_ids_used)) < 0)
 		return AMR_ERR_LEAF_IDS_FULL;
 	r->new_leaf = (uint32_t) v;
-	if ((st = alloc_slot(s, tier_left, left_adds, &r->slot_left)) != AMR_OK)
+	if ((st = amr_slot_take(s, left_adds ? AMR_SLOT_ADDS : AMR_SLOT_REPLACES, tier_left,
+							&r->tier_left, &r->slot_left)) != AMR_OK)
 		goto fail;
 	if (tier_right != AMR_TIER_NONE &&
-		(st = alloc_slot(s, tier_right, true, &r->slot_right)) != AMR_OK)
+		(st = amr_slot_take(s, AMR_SLOT_ADDS, tier_right, &r->tier_right,
+							&r->slot_right)) != AMR_OK)
 		goto fail;
 	for (i = 0; i < need; i++)
 	{

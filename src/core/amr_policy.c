@@ -168,3 +168,25 @@ amr_plan_moves(AmrCandidate *c, size_t n, uint64_t budget_leaves,
 	}
 	return nmoves;
 }
+
+uint64_t
+amr_budget_leaves(AmrBudgetKind kind, double value, uint64_t nleaves)
+{
+	switch (kind)
+	{
+		case AMR_BUDGET_FRACTION:
+			return (uint64_t) floor(value * (double) nleaves + 1e-9);
+		case AMR_BUDGET_BYTES:
+			return (uint64_t) (value / AMR_SLOT_SIZE);
+		default:
+			return UINT64_MAX;
+	}
+}
+
+uint32_t
+amr_new_image_tier(uint64_t budget_leaves, uint64_t pmem_leaves, int new_pmem, bool strict)
+{
+	if (budget_leaves == UINT64_MAX || pmem_leaves + (uint64_t) new_pmem <= budget_leaves)
+		return AMR_TIER_PMEM;
+	return strict ? AMR_TIER_SSD : AMR_TIER_PMEM;
+}

@@ -99,4 +99,20 @@ typedef struct AmrMove
 extern size_t amr_plan_moves(AmrCandidate *cands, size_t n, uint64_t budget_leaves,
 							 bool can_demote, AmrMove *moves);
 
+/*
+ * The PMEM leaves a budget allows an index of nleaves leaves: a fraction of
+ * them (rounded down), or bytes / AMR_SLOT_SIZE; UINT64_MAX when unlimited.
+ */
+extern uint64_t amr_budget_leaves(AmrBudgetKind kind, double value, uint64_t nleaves);
+
+/*
+ * The tier for new images that add new_pmem leaves to PMEM if put there,
+ * given the budget (amr_budget_leaves, of the index as it will be) and the
+ * PMEM leaves it has: PMEM within the budget; beyond it SSD if strict, else
+ * PMEM (the tier manager restores the budget at its next pass; see
+ * docs/design.md, "Inserts and the budget").
+ */
+extern uint32_t amr_new_image_tier(uint64_t budget_leaves, uint64_t pmem_leaves,
+								   int new_pmem, bool strict);
+
 #endif							/* AMR_POLICY_H */

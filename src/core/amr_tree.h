@@ -418,10 +418,40 @@ extern void amr_rstar_split(const AmrFBox *boxes, int n, int min_fill,
 
 /*
  * Slots of each tier that only operations which free a slot for every slot
- * they take (rewrites, VACUUM, migrations) may use, so that a full index can
- * still be vacuumed: an SSD image cannot be changed in place.
+ * they take (a split's left half, rewrites, VACUUM) may use, so that a full
+ * index can still be vacuumed: an SSD image cannot be changed in place.
  */
 #define AMR_SLOT_RESERVE		8
+
+/*
+ * Why a slot is taken, which decides whether it may come from the reserve
+ * and from the other tier (docs/design.md, "Commit points").
+ */
+typedef enum AmrSlotPurpose
+{
+	AMR_SLOT_ADDS,				/* a new leaf, a split's right half: adds a
+								 * slot, so stops at the reserve; either tier */
+	AMR_SLOT_REPLACES,			/* a split's left half, a rewrite, VACUUM:
+								 * frees the slot it replaces, so may use the
+								 * reserve; either tier */
+	AMR_SLOT_REPLACES_HERE,		/* the same, but on this tier only (a PMEM
+								 * rewrite made under the leaf lock, with no
+								 * I/O) */
+	AMR_SLOT_MIGRATES			/* an optional move to this tier: stops at the
+								 * reserve, never the other tier */
+} AmrSlotPurpose;
+
+/*
+ * Take a free slot for "purpose" on "tier", or where the purpose allows on
+ * the other tier; *tier_out says which.  Returns AMR_ERR_PMEM_FULL or
+ * AMR_ERR_SSD_FULL (both tiers full: SSD_FULL if there is an SSD tier) and
+ * takes nothing when there is none.  The one place of the reserve rule.
+ */
+extern AmrStatus amr_slot_take(AmrStore *s, AmrSlotPurpose purpose, uint32_t tier,
+							   uint32_t *tier_out, uint32_t *slot_out);
+
+/* Give back a slot taken by amr_slot_take that nothing references. */
+extern void amr_slot_give_back(AmrStore *s, uint32_t tier, uint32_t slot);
 
 /*
  * What a split (or a tree's first leaf) may consume, reserved before the
@@ -443,10 +473,12 @@ typedef struct AmrReservation
 extern void amr_reservation_init(AmrReservation *r);
 
 /*
- * Reserve a leaf id, a slot on tier_left, a slot on tier_right (unless
- * AMR_TIER_NONE) and "need" inner nodes: all or nothing.  The right slot
- * always adds a leaf and stays out of the reserve; the left one does when
- * left_adds is set (a first leaf), and otherwise replaces a slot.
+ * Reserve a leaf id, a slot for the left image on tier_left, one for the
+ * right image on tier_right (unless AMR_TIER_NONE) and "need" inner nodes:
+ * all or nothing.  A slot on a full tier comes from the other one
+ * (r->tier_left/right say where).  The right slot always adds a leaf; the
+ * left one does when left_adds is set (a first leaf), and otherwise
+ * replaces a slot (see AmrSlotPurpose).
  */
 extern AmrStatus amr_reserve(AmrStore *s, int need, uint32_t tier_left,
 							 uint32_t tier_right, bool left_adds,

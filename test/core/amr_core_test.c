@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "amr_persist.h"
+#include "amr_policy.h"
 #include "amr_tree.h"
 
 static int	failures = 0;
@@ -696,6 +697,98 @@ test_dram_full(void)
 	return true;
 }
 
+/*
+ * The reserve rule (AmrSlotPurpose): with few slots free, adding stops at
+ * the reserve, replacing may use it, migrating never goes to the other
+ * tier, and a full tier falls back to the other one where allowed.
+ */
+static bool
+test_slot_purposes(void)
+{
+	enum
+	{
+		NP = 40, NS = 30
+	};
+	AmrBitmap  *pmem = malloc(amr_bitmap_size(NP));
+	AmrBitmap  *ssd = malloc(amr_bitmap_size(NS));
+	AmrStore	s2;
+	uint32_t	tier,
+				slot;
+	int			i,
+				taken;
+
+	memset(&s2, 0, sizeof(s2));
+	amr_bitmap_init(pmem, NP);
+	amr_bitmap_init(ssd, NS);
+	s2.pmem_used = pmem;
+	s2.pmem_nslots = NP;
+
+	/* no SSD tier: adding takes PMEM slots up to the reserve, then fails */
+	for (taken = 0; amr_slot_take(&s2, AMR_SLOT_ADDS, AMR_TIER_PMEM, &tier, &slot) == AMR_OK; taken++)
+		CHECK(tier == AMR_TIER_PMEM && slot < NP, "slot %u on tier %u", slot, tier);
+	CHECK(taken == NP - AMR_SLOT_RESERVE, "adding took %d of %d slots", taken, NP);
+	CHECK(amr_slot_take(&s2, AMR_SLOT_ADDS, AMR_TIER_PMEM, &tier, &slot) == AMR_ERR_PMEM_FULL,
+		  "without an SSD tier a full pool is PMEM_FULL");
+	CHECK(amr_slot_take(&s2, AMR_SLOT_MIGRATES, AMR_TIER_PMEM, &tier, &slot) != AMR_OK,
+		  "a migration took from the reserve");
+	/* an SSD-wanting add falls back to PMEM -- which is at its reserve */
+	CHECK(amr_slot_take(&s2, AMR_SLOT_ADDS, AMR_TIER_SSD, &tier, &slot) == AMR_ERR_SSD_FULL,
+		  "asking for the missing SSD tier is SSD_FULL");
+	/* replacing may use the reserve, and only the reserve is left */
+	for (i = 0; i < AMR_SLOT_RESERVE; i++)
+		CHECK(amr_slot_take(&s2, i % 2 ? AMR_SLOT_REPLACES : AMR_SLOT_REPLACES_HERE,
+							AMR_TIER_PMEM, &tier, &slot) == AMR_OK && tier == AMR_TIER_PMEM,
+			  "replacing could not use reserve slot %d", i);
+	CHECK(amr_slot_take(&s2, AMR_SLOT_REPLACES, AMR_TIER_PMEM, &tier, &slot) == AMR_ERR_PMEM_FULL,
+		  "a full pool gave a slot");
+	amr_slot_give_back(&s2, AMR_TIER_PMEM, 3);
+	CHECK(amr_slot_take(&s2, AMR_SLOT_REPLACES, AMR_TIER_PMEM, &tier, &slot) == AMR_OK && slot == 3,
+		  "a slot given back is not taken again");
+
+	/* with an SSD tier: a full PMEM tier falls back, except for these */
+	s2.ssd_used = ssd;
+	s2.ssd_nslots = NS;
+	CHECK(amr_slot_take(&s2, AMR_SLOT_ADDS, AMR_TIER_PMEM, &tier, &slot) == AMR_OK &&
+		  tier == AMR_TIER_SSD, "adding did not fall back to SSD");
+	CHECK(amr_slot_take(&s2, AMR_SLOT_REPLACES, AMR_TIER_PMEM, &tier, &slot) == AMR_OK &&
+		  tier == AMR_TIER_SSD, "replacing did not fall back to SSD");
+	CHECK(amr_slot_take(&s2, AMR_SLOT_REPLACES_HERE, AMR_TIER_PMEM, &tier, &slot) == AMR_ERR_PMEM_FULL,
+		  "replacing here went to the other tier");
+	CHECK(amr_slot_take(&s2, AMR_SLOT_MIGRATES, AMR_TIER_PMEM, &tier, &slot) == AMR_ERR_PMEM_FULL,
+		  "a migration to PMEM went to SSD");
+	CHECK(amr_slot_take(&s2, AMR_SLOT_MIGRATES, AMR_TIER_SSD, &tier, &slot) == AMR_OK &&
+		  tier == AMR_TIER_SSD, "a migration to SSD failed");
+	/* both full: SSD_FULL */
+	while (amr_slot_take(&s2, AMR_SLOT_REPLACES, AMR_TIER_SSD, &tier, &slot) == AMR_OK)
+		;
+	CHECK(amr_slot_take(&s2, AMR_SLOT_ADDS, AMR_TIER_PMEM, &tier, &slot) == AMR_ERR_SSD_FULL,
+		  "both tiers full is SSD_FULL");
+	free(pmem);
+	free(ssd);
+	return true;
+}
+
+/* Budget arithmetic and the tier of new images (core/amr_policy.c). */
+static bool
+test_budget(void)
+{
+	CHECK(amr_budget_leaves(AMR_BUDGET_UNLIMITED, 0, 100) == UINT64_MAX, "unlimited");
+	CHECK(amr_budget_leaves(AMR_BUDGET_FRACTION, 0.2, 100) == 20, "20%% of 100");
+	CHECK(amr_budget_leaves(AMR_BUDGET_FRACTION, 0.2, 99) == 19, "20%% of 99 rounds down");
+	/* 0.29 * 100 is 28.999... in float8: the epsilon keeps it 29 */
+	CHECK(amr_budget_leaves(AMR_BUDGET_FRACTION, 0.29, 100) == 29, "29%% of 100");
+	CHECK(amr_budget_leaves(AMR_BUDGET_FRACTION, 1.0, 7) == 7, "100%%");
+	CHECK(amr_budget_leaves(AMR_BUDGET_BYTES, 64.0 * 1024 * 1024, 1) == 16384, "64MB");
+	CHECK(amr_budget_leaves(AMR_BUDGET_BYTES, 4095, 1) == 0, "less than a slot");
+	CHECK(amr_budget_leaves(AMR_BUDGET_BYTES, 9.2e18, 1) == (uint64_t) (9.2e18 / AMR_SLOT_SIZE),
+		  "a budget near 2^63 bytes");
+	CHECK(amr_new_image_tier(UINT64_MAX, 1000, 2, true) == AMR_TIER_PMEM, "no budget: PMEM");
+	CHECK(amr_new_image_tier(10, 8, 2, true) == AMR_TIER_PMEM, "within budget: PMEM");
+	CHECK(amr_new_image_tier(10, 9, 2, true) == AMR_TIER_SSD, "over budget, strict: SSD");
+	CHECK(amr_new_image_tier(10, 9, 2, false) == AMR_TIER_PMEM, "over budget, defer: PMEM");
+	return true;
+}
+
 typedef bool (*TestFn) (void);
 
 int
@@ -715,6 +808,8 @@ main(void)
 		{"bulk_pack_and_collect", test_bulk_pack},
 		{"insert_split_search_rebuild", test_insert_and_search},
 		{"dram_full_is_clean", test_dram_full},
+		{"slot_reserve_by_purpose", test_slot_purposes},
+		{"budget_arithmetic", test_budget},
 	};
 	size_t		i;
 

@@ -1,0 +1,548 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_leafstore.c
+ *		The leaf store (see amr_leafstore.h): reading leaves from whichever
+ *		tier holds them, taking slots, writing images, switching Leaf Table
+ *		words and what follows a switch, DRAM copies (rule R6), and access
+ *		counting for the hotness score.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amr_leafstore.h"
+
+#include "miscadmin.h"
+#include "utils/rel.h"
+
+/* ---- errors ---- */
+
+const char *
+amr_index_name(Relation index, const AmrTree *t)
+{
+	if (index != NULL)
+		return RelationGetRelationName(index);
+	return psprintf("(tree %u)", t ? t->tree_no : 0);
+}
+
+void
+amr_report_status(AmrStatus st, Relation index)
+{
+	const char *name = index ? RelationGetRelationName(index) : "(none)";
+
+	switch (st)
+	{
+		case AMR_OK:
+			return;
+		case AMR_ERR_DRAM_FULL:
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("amrtree DRAM area is full (index \"%s\")", name),
+					 errdetail("All %u inner nodes that fit in amrtree.dram_size = %d kB are in use.",
+							   amr_store.nnodes, amr_dram_size_kb),
+					 errhint("Raise amrtree.dram_size and restart the server.")));
+			break;
+		case AMR_ERR_PMEM_FULL:
+			ereport(ERROR,
+					(errcode(ERRCODE_DISK_FULL),
+					 errmsg("amrtree PMEM pool is full (index \"%s\")", name),
+					 errdetail("All %u leaf slots of the pool are in use.",
+							   amr_store.pmem_nslots),
+					 errhint("Raise amrtree.pmem_size and restart the server; the pool is enlarged at startup.")));
+			break;
+		case AMR_ERR_SSD_FULL:
+			ereport(ERROR,
+					(errcode(ERRCODE_DISK_FULL),
+					 errmsg("amrtree SSD slot file is full (index \"%s\")", name),
+					 errdetail("All %u slots of the SSD tier and all %u of the PMEM pool are in use.",
+							   amr_store.ssd_nslots, amr_store.pmem_nslots),
+					 errhint("Raise amrtree.ssd_size (or amrtree.pmem_size) and restart the server.")));
+			break;
+		case AMR_ERR_LEAF_IDS_FULL:
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("amrtree Leaf Table is full (index \"%s\")", name),
+					 errdetail("All %u leaf ids are in use.", amr_store.lt_capacity),
+					 errhint("Raise amrtree.pmem_size and restart the server; the pool is enlarged at startup.")));
+			break;
+		case AMR_ERR_TOO_TALL:
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("amrtree index \"%s\" would exceed %d levels", name, AMR_MAX_HEIGHT)));
+			break;
+	}
+}
+
+/* ---- buffers ---- */
+
+AmrLeaf *
+amr_alloc_leaf_buffer(void)
+{
+	char	   *p = palloc(2 * AMR_SLOT_SIZE);
+
+	return (AmrLeaf *) TYPEALIGN(AMR_SLOT_SIZE, p);
+}
+
+/* ---- placement of new images ---- */
+
+uint64
+amr_tree_budget_leaves(const AmrTree *t, uint64 extra_leaves)
+{
+	if (!t->tiering || amr_store.ssd_used == NULL)
+		return UINT64_MAX;
+	return amr_budget_leaves((AmrBudgetKind) t->budget_kind, t->budget_value,
+							 __atomic_load_n(&t->nleaves, __ATOMIC_RELAXED) + extra_leaves);
+}
+
+uint32
+amr_tree_new_image_tier(const AmrTree *t, int new_pmem, int new_leaves)
+{
+	return amr_new_image_tier(amr_tree_budget_leaves(t, (uint64) new_leaves),
+							  __atomic_load_n(&t->pmem_leaves, __ATOMIC_RELAXED), new_pmem,
+							  amr_budget_on_insert == AMR_BUDGET_INSERT_STRICT);
+}
+
+/* ---- slots ---- */
+
+bool
+amr_try_take_slot(AmrSlotPurpose purpose, uint32 tier, uint32 *tier_out, uint32 *slot_out)
+{
+	return amr_slot_take(&amr_store, purpose, tier, tier_out, slot_out) == AMR_OK;
+}
+
+void
+amr_take_slot(Relation index, AmrSlotPurpose purpose, uint32 tier, uint32 *tier_out,
+			  uint32 *slot_out)
+{
+	AmrStatus	st = amr_slot_take(&amr_store, purpose, tier, tier_out, slot_out);
+
+	if (st != AMR_OK)
+		amr_report_status(st, index);
+}
+
+void
+amr_give_back_slot(uint32 tier, uint32 slot)
+{
+	amr_slot_give_back(&amr_store, tier, slot);
+}
+
+uint32
+amr_take_leaf_id(Relation index)
+{
+	int64		id = amr_bitmap_alloc(amr_store.leaf_ids_used);
+
+	if (id < 0)
+		amr_report_status(AMR_ERR_LEAF_IDS_FULL, index);
+	return (uint32) id;
+}
+
+/* ---- reading ---- */
+
+void
+amr_leaf_validate(Relation index, const AmrTree *t, uint32 leaf_id, uint64 word,
+				  const AmrLeaf *img, bool from_ssd)
+{
+	if (img->hdr.magic != AMR_LEAF_MAGIC || img->hdr.leaf_id != leaf_id ||
+		img->hdr.tree_no != t->tree_no || img->hdr.nentries > AMR_LEAF_CAPACITY ||
+		(from_ssd && img->hdr.version != AMR_WORD_VERSION(word)))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("leaf %u of amrtree index \"%s\" is damaged",
+						leaf_id, amr_index_name(index, t)),
+				 from_ssd ?
+				 errdetail("SSD slot %u holds magic 0x%08x, leaf id %u, tree %u, version %u, %llu entries.",
+						   AMR_WORD_SLOT(word), img->hdr.magic, img->hdr.leaf_id,
+						   img->hdr.tree_no, img->hdr.version,
+						   (unsigned long long) img->hdr.nentries) :
+				 errdetail("PMEM slot %u holds magic 0x%08x, leaf id %u, tree %u, version %u, %llu entries.",
+						   AMR_WORD_SLOT(word), img->hdr.magic, img->hdr.leaf_id,
+						   img->hdr.tree_no, img->hdr.version,
+						   (unsigned long long) img->hdr.nentries),
+				 errhint("REINDEX the index.")));
+	if (from_ssd && !amr_leaf_image_checksum_ok(img))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("checksum mismatch in leaf %u of amrtree index \"%s\"",
+						leaf_id, amr_index_name(index, t)),
+				 errdetail("SSD slot %u of \"%s\" does not hold the image that was written there.",
+						   AMR_WORD_SLOT(word), amr_ssd_path),
+				 errhint("The SSD slot file is damaged: REINDEX the index.")));
+}
+
+static void
+invalid_word(Relation index, const AmrTree *t, uint32 leaf_id, uint64 word)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("leaf %u of amrtree index \"%s\" has an invalid Leaf Table word %016llx",
+					leaf_id, amr_index_name(index, t), (unsigned long long) word)));
+}
+
+AmrLeaf *
+amr_leaf_pmem_image(Relation index, AmrTree *t, uint32 leaf_id, uint64 *word_out)
+{
+	uint64		word = amr_lt_word(&amr_store, leaf_id);
+	AmrLeaf    *leaf;
+
+	*word_out = word;
+	if (AMR_WORD_TIER(word) != AMR_TIER_PMEM ||
+		AMR_WORD_SLOT(word) >= amr_store.pmem_nslots)
+		invalid_word(index, t, leaf_id, word);
+	leaf = amr_pmem_slot(&amr_store, AMR_WORD_SLOT(word));
+	amr_leaf_validate(index, t, leaf_id, word, leaf, false);
+	return leaf;
+}
+
+/*
+ * Does reading this leaf take a device read?  Not if it is on PMEM, held in
+ * DRAM by rule R6, or in the SSD cache.
+ */
+static bool
+needs_device_read(uint32 leaf_id, uint64 word)
+{
+	return AMR_WORD_TIER(word) == AMR_TIER_SSD &&
+		amr_store.leaves[leaf_id].cache_slot < 0 &&
+		!amr_ssd_cache_holds(leaf_id, word);
+}
+
+/*
+ * An SSD image, from the SSD cache or the device, read with no lock held:
+ * SSD images are immutable while the word references them, so the copy is
+ * good if the word is unchanged afterwards (versions only grow: no ABA).
+ * Returns false if the leaf moved meanwhile (the caller reads it again).
+ */
+static bool
+read_ssd_image(Relation index, AmrTree *t, uint32 leaf_id, uint64 word, AmrLeaf *buf)
+{
+	uint32		slot = AMR_WORD_SLOT(word);
+
+	if (slot >= amr_store.ssd_nslots)
+		invalid_word(index, t, leaf_id, word);
+	if (amr_ssd_cache_get(t, leaf_id, word, buf))
+		return true;
+	amr_ssd_read_images(index, &slot, &buf, 1);
+	if (amr_lt_word(&amr_store, leaf_id) != word)
+		return false;
+	amr_leaf_validate(index, t, leaf_id, word, buf, true);
+	amr_ssd_cache_put(t, leaf_id, word, buf);
+	return true;
+}
+
+uint64
+amr_leaf_read(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *buf,
+			  uint64 *nsn, uint32 *rightlink)
+{
+	AmrStore   *s = &amr_store;
+	AmrLeafVolatile *v = &s->leaves[leaf_id];
+
+	for (;;)
+	{
+		uint64		word;
+
+		LWLockAcquire(amr_leaf_lock(leaf_id), LW_SHARED);
+		word = amr_lt_word(s, leaf_id);
+		if (!amr_lt_owned_by(s, leaf_id, word, t->tree_no, t->generation))
+		{
+			LWLockRelease(amr_leaf_lock(leaf_id));
+			return 0;
+		}
+		if (nsn)
+			*nsn = v->nsn;
+		if (rightlink)
+			*rightlink = v->rightlink;
+		if (v->cache_slot >= 0 || AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+		{
+			const AmrLeaf *src = v->cache_slot >= 0 ? &amr_leaf_cache[v->cache_slot]
+				: amr_leaf_pmem_image(index, t, leaf_id, &word);
+
+			memcpy(buf, src, amr_leaf_image_bytes(src));
+			LWLockRelease(amr_leaf_lock(leaf_id));
+			return word;
+		}
+		LWLockRelease(amr_leaf_lock(leaf_id));
+		if (read_ssd_image(index, t, leaf_id, word, buf))
+			return word;
+	}
+}
+
+void
+amr_readahead_init(AmrReadAhead *ra)
+{
+	char	   *p = palloc((AMR_READAHEAD_MAX + 1) * AMR_SLOT_SIZE);
+	int			i;
+
+	p = (char *) TYPEALIGN(AMR_SLOT_SIZE, p);
+	for (i = 0; i < AMR_READAHEAD_MAX; i++)
+		ra->bufs[i] = (AmrLeaf *) (p + (Size) i * AMR_SLOT_SIZE);
+	ra->n = 0;
+}
+
+void
+amr_readahead_reset(AmrReadAhead *ra)
+{
+	ra->n = 0;
+}
+
+static AmrLeaf *
+read_ahead_image(AmrReadAhead *ra, uint32 leaf_id, uint64 word)
+{
+	int			i;
+
+	for (i = 0; i < ra->n; i++)
+		if (ra->ids[i] == leaf_id && ra->words[i] == word)
+			return ra->bufs[i];
+	return NULL;
+}
+
+void
+amr_readahead(AmrReadAhead *ra, Relation index, const uint32 *next, int nnext)
+{
+	AmrStore   *s = &amr_store;
+	uint32		slots[AMR_READAHEAD_MAX];
+	uint64		word;
+	int			i;
+	int			n = 0;
+
+	if (s->ssd_used == NULL || nnext == 0)
+		return;
+	/* only when the next leaf must come from the device, and is not here */
+	word = amr_lt_word(s, next[0]);
+	if (!needs_device_read(next[0], word) || read_ahead_image(ra, next[0], word) != NULL)
+		return;
+	/* words read without locks: an image is used only if its word holds */
+	for (i = 0; i < nnext && n < AMR_READAHEAD_MAX; i++)
+	{
+		word = amr_lt_word(s, next[i]);
+		if (!needs_device_read(next[i], word) || AMR_WORD_SLOT(word) >= s->ssd_nslots)
+			continue;
+		ra->ids[n] = next[i];
+		ra->words[n] = word;
+		slots[n] = AMR_WORD_SLOT(word);
+		n++;
+	}
+	ra->n = 0;
+	if (n > 1)
+	{
+		amr_ssd_read_images(index, slots, ra->bufs, n);
+		ra->n = n;
+	}
+}
+
+const AmrLeaf *
+amr_leaf_read_for_scan(Relation index, AmrTree *t, uint32 generation, uint32 leaf_id,
+					   uint64 start_nsn, AmrReadAhead *ra, AmrLeaf *buf, uint32 *follow)
+{
+	AmrStore   *s = &amr_store;
+	AmrLeafVolatile *v = &s->leaves[leaf_id];
+	const AmrLeaf *img = buf;
+	uint64		word;
+
+	*follow = AMR_INVALID_LEAF;
+	LWLockAcquire(amr_leaf_lock(leaf_id), LW_SHARED);
+	word = amr_lt_word(s, leaf_id);
+	if (!amr_lt_owned_by(s, leaf_id, word, t->tree_no, generation))
+	{
+		LWLockRelease(amr_leaf_lock(leaf_id));
+		return NULL;
+	}
+	/* split after the scan collected its leaves: the moved entries are right */
+	if (v->nsn > start_nsn && v->rightlink != AMR_INVALID_LEAF)
+		*follow = v->rightlink;
+	if (v->cache_slot >= 0 || AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+	{
+		const AmrLeaf *src = v->cache_slot >= 0 ? &amr_leaf_cache[v->cache_slot]
+			: amr_leaf_pmem_image(index, t, leaf_id, &word);
+
+		memcpy(buf, src, amr_leaf_image_bytes(src));
+		LWLockRelease(amr_leaf_lock(leaf_id));
+	}
+	else
+	{
+		AmrLeaf    *ahead;
+
+		LWLockRelease(amr_leaf_lock(leaf_id));
+		ahead = read_ahead_image(ra, leaf_id, word);
+		if (ahead != NULL)
+		{
+			amr_leaf_validate(index, t, leaf_id, word, ahead, true);
+			amr_ssd_cache_put(t, leaf_id, word, ahead);
+			img = ahead;
+		}
+		else if (!read_ssd_image(index, t, leaf_id, word, buf) &&
+				 amr_leaf_read(index, t, leaf_id, buf, NULL, NULL) == 0)
+			return NULL;
+	}
+	amr_leaf_count_access(leaf_id, false);
+	return img;
+}
+
+/* ---- writing ---- */
+
+void
+amr_leaf_write_image(Relation index, uint32 tier, uint32 slot, AmrLeaf *img)
+{
+	if (tier == AMR_TIER_PMEM)
+	{
+		img->hdr.flags &= ~AMR_LEAF_FLAG_CHECKSUM;
+		amr_pmem_write_image(&amr_store, slot, img);
+		return;
+	}
+	amr_ssd_write_images(index, &slot, &img, 1, true);
+}
+
+void
+amr_leaf_write_ssd_batch(Relation index, const uint32 *slots, AmrLeaf **imgs, int n)
+{
+	amr_ssd_write_images(index, slots, imgs, n, false);
+	amr_ssd_flush(index);
+}
+
+uint64
+amr_leaf_switch(AmrTree *t, uint32 leaf_id, uint32 tier, uint32 slot, const AmrFBox *mbr,
+				const AmrLeaf *img, bool write)
+{
+	AmrStore   *s = &amr_store;
+	uint64		old = amr_lt_switch(s, leaf_id, tier, slot, mbr, img);
+
+	/* no reader can be reading the old slot: we hold the leaf exclusively */
+	amr_free_word_slot(s, old);
+	amr_leaf_refresh_copy(leaf_id, img);
+	/* a new SSD image is the likeliest to be read again soon */
+	if (tier == AMR_TIER_SSD)
+		amr_ssd_cache_put(t, leaf_id, amr_lt_word(s, leaf_id), img);
+	if (write)
+		amr_leaf_count_access(leaf_id, true);
+	return old;
+}
+
+void
+amr_leaf_append(AmrTree *t, uint32 leaf_id, AmrLeaf *leaf, const AmrLeafEntry *e,
+				const AmrFBox *box, int dead_pos)
+{
+	if (dead_pos < 0)
+		amr_leaf_append_pmem(&amr_store, leaf_id, leaf, e, box);
+	else
+		amr_leaf_reuse_dead_pmem(&amr_store, leaf_id, leaf, dead_pos, e, box);
+	amr_leaf_refresh_copy(leaf_id, leaf);
+	amr_leaf_count_access(leaf_id, true);
+}
+
+void
+amr_leaf_mark_dead(AmrLeaf *leaf, int pos)
+{
+	amr_leaf_mark_dead_pmem(leaf, pos);
+}
+
+void
+amr_leaf_publish(AmrTree *t, uint32 leaf_id, uint32 tier, uint32 slot, const AmrLeaf *img,
+				 const AmrFBox *mbr, bool nulls)
+{
+	AmrStore   *s = &amr_store;
+
+	amr_lt_publish_new(s, leaf_id, t->tree_no, t->generation,
+					   nulls ? AMR_LT_FLAG_NULLS : 0, AMR_INVALID_LEAF, 0,
+					   tier, slot, mbr, img);
+	amr_leaf_volatile_reset(&s->leaves[leaf_id]);
+}
+
+void
+amr_leaf_first_commit(AmrTree *t, const AmrLeafEntry *e, const AmrLeaf *img,
+					  bool nulls, AmrReservation *r)
+{
+	uint32		leaf_id = r->new_leaf;
+	uint32		tier = r->tier_left;
+
+	amr_first_leaf_commit(&amr_store, t, e, img, nulls, r);
+	if (tier == AMR_TIER_SSD)
+		amr_ssd_cache_put(t, leaf_id, amr_lt_word(&amr_store, leaf_id), img);
+	amr_leaf_count_access(leaf_id, true);
+}
+
+void
+amr_leaf_split_commit(AmrTree *t, uint32 leaf_id, uint64 word, const AmrPath *path,
+					  bool nulls, AmrReservation *r, const AmrLeaf *left, const AmrLeaf *right,
+					  const AmrFBox *left_box, const AmrFBox *right_box)
+{
+	AmrStore   *s = &amr_store;
+	uint32		right_leaf = r->new_leaf;
+	uint32		tier_left = r->tier_left;
+	uint32		tier_right = r->tier_right;
+
+	amr_split_commit(s, t, leaf_id, word, path, nulls, r, left, right, left_box, right_box);
+	amr_leaf_refresh_copy(leaf_id, left);
+	if (tier_left == AMR_TIER_SSD)
+		amr_ssd_cache_put(t, leaf_id, amr_lt_word(s, leaf_id), left);
+	if (tier_right == AMR_TIER_SSD)
+		amr_ssd_cache_put(t, right_leaf, amr_lt_word(s, right_leaf), right);
+	amr_leaf_count_access(leaf_id, true);
+}
+
+void
+amr_leaf_free(AmrTree *t, uint32 leaf_id)
+{
+	AmrStore   *s = &amr_store;
+	uint64		word;
+
+	amr_leaf_unhold(t, leaf_id);
+	word = amr_lt_release(s, leaf_id);
+	AMR_FAULT_POINT("drop:after_leaf_released");
+	amr_free_word_slot(s, word);
+	amr_bitmap_clear(s->leaf_ids_used, leaf_id);
+	amr_leaf_volatile_reset(&s->leaves[leaf_id]);
+}
+
+/* ---- DRAM copies held by rule R6 ---- */
+
+bool
+amr_leaf_hold(AmrTree *t, uint32 leaf_id, const AmrLeaf *image)
+{
+	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
+	int64		c;
+
+	if (v->cache_slot >= 0 || amr_leaf_cache_n == 0)
+		return v->cache_slot >= 0;
+	c = amr_bitmap_alloc(amr_leaf_cache_used);
+	if (c < 0)
+		return false;
+	memcpy(&amr_leaf_cache[c], image, amr_leaf_image_bytes(image));
+	v->cache_slot = (int32) c;
+	__atomic_add_fetch(&t->dram_leaves, 1, __ATOMIC_RELAXED);
+	return true;
+}
+
+void
+amr_leaf_unhold(AmrTree *t, uint32 leaf_id)
+{
+	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
+
+	if (v->cache_slot < 0)
+		return;
+	amr_bitmap_clear(amr_leaf_cache_used, (uint64) v->cache_slot);
+	v->cache_slot = -1;
+	__atomic_sub_fetch(&t->dram_leaves, 1, __ATOMIC_RELAXED);
+}
+
+void
+amr_leaf_refresh_copy(uint32 leaf_id, const AmrLeaf *image)
+{
+	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
+
+	/* write-through: the copy always equals the persistent image */
+	if (v->cache_slot >= 0)
+		memcpy(&amr_leaf_cache[v->cache_slot], image, amr_leaf_image_bytes(image));
+}
+
+/* ---- hotness ---- */
+
+/*
+ * One relaxed atomic increment; the tier manager folds the counts into the
+ * decayed score at its next pass (see core/amr_policy.h, paper 3.5).
+ */
+void
+amr_leaf_count_access(uint32 leaf_id, bool write)
+{
+	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
+
+	if (write)
+		__atomic_add_fetch(&v->writes_pending, 1, __ATOMIC_RELAXED);
+	else
+		__atomic_add_fetch(&v->reads_pending, 1, __ATOMIC_RELAXED);
+}
