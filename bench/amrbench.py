@@ -7,8 +7,10 @@
 Run through the wrappers bench/compare and bench/budget_sweep, which install
 the dependencies, build and install amrtree, and run this file as the
 unprivileged PostgreSQL user.  Every run starts its own throwaway cluster
-(amrtree preloaded, PMEM pool emulated on /dev/shm, SSD slot file on disk)
-and removes it at the end, also on Ctrl-C.
+(amrtree preloaded, PMEM pool emulated on /dev/shm, SSD slot file on disk;
+compare --config disk|both: also or instead the pool as a disk file in the
+data directory, amrtree's default) and removes it at the end, also on
+Ctrl-C.
 
 Timings on a shared 2-core machine are noisy: every figure that matters is
 reported as a ratio between methods measured in the same run, interleaved,
@@ -40,6 +42,14 @@ AMS = ['amrtree', 'amrtree_notier', 'gist', 'spgist']
 AM_LABEL = {'amrtree': 'amrtree', 'amrtree_notier': 'amrtree (tiering off)',
             'gist': 'GiST', 'spgist': 'SP-GiST'}
 SELECTIVITIES = [0.00001, 0.0001, 0.001, 0.01]     # 0.001 % ... 1 %
+QUICK_SELECTIVITIES = [0.00001, 0.001, 0.01]
+# compare --config: where the pool is and how commits are made durable
+CONFIG_NOTE = {
+    'shm': 'PMEM emulated: the pool is a file on /dev/shm (DRAM-backed tmpfs); '
+           'synchronous_commit = off',
+    'disk': "amrtree's default: the pool is pg_amrtree/pmem.pool in the data directory "
+            '(a disk file, persisted with msync); synchronous_commit = on',
+}
 
 
 def log(msg):
@@ -72,13 +82,25 @@ def free_port(start):
 
 
 class Cluster:
-    """A throwaway PostgreSQL cluster with amrtree preloaded."""
+    """A throwaway PostgreSQL cluster with amrtree preloaded.
 
-    def __init__(self, workdir, name, pmem_mb, ssd_mb, extra_conf=''):
+    pool_on_shm: the PMEM pool is a file on /dev/shm (emulated PMEM, the
+    benchmarks' default); otherwise amrtree.pmem_path is left unset, so the
+    pool is amrtree's default, pg_amrtree/pmem.pool in the data directory (a
+    disk file, persisted with msync).  Clusters running side by side get
+    different ports (port_offset)."""
+
+    def __init__(self, workdir, name, pmem_mb, ssd_mb, extra_conf='', pool_on_shm=True,
+                 synchronous_commit='off', port_offset=0):
         self.dir = os.path.join(workdir, name)
         self.data = os.path.join(self.dir, 'data')
-        self.port = free_port(56000 + os.getpid() % 1000)
-        self.pool = '/dev/shm/amrbench-%s-%s.pool' % (os.environ.get('AMRBENCH_TAG', os.getpid()), name)
+        self.port = free_port(56000 + (os.getpid() + 10 * port_offset) % 1000)
+        self.pool_on_shm = pool_on_shm
+        if pool_on_shm:
+            self.pool = '/dev/shm/amrbench-%s-%s.pool' % (os.environ.get('AMRBENCH_TAG', os.getpid()), name)
+        else:
+            self.pool = os.path.join(self.data, 'pg_amrtree', 'pmem.pool')
+        self.synchronous_commit = synchronous_commit
         self.pmem_mb = pmem_mb
         self.ssd_mb = ssd_mb
         self.extra_conf = extra_conf
@@ -90,6 +112,8 @@ class Cluster:
         subprocess.run([PG_BIN + '/initdb', '-D', self.data, '-A', 'trust',
                         '-U', 'postgres', '--no-sync'],
                        check=True, stdout=subprocess.DEVNULL)
+        # without amrtree.pmem_path the pool is amrtree's default file
+        pool_conf = "amrtree.pmem_path = '%s'" % self.pool if self.pool_on_shm else ''
         with open(os.path.join(self.data, 'postgresql.conf'), 'a') as f:
             f.write(f"""
 # amrtree benchmark cluster (bench/amrbench.py)
@@ -97,7 +121,7 @@ shared_preload_libraries = 'amrtree'
 port = {self.port}
 listen_addresses = ''
 unix_socket_directories = '{self.dir}'
-amrtree.pmem_path = '{self.pool}'
+{pool_conf}
 amrtree.pmem_size = {self.pmem_mb}MB
 amrtree.ssd_size = {self.ssd_mb}MB
 amrtree.dram_size = 128MB
@@ -106,7 +130,7 @@ work_mem = 64MB
 maintenance_work_mem = 1GB
 max_wal_size = 8GB
 checkpoint_timeout = 30min
-synchronous_commit = off
+synchronous_commit = {self.synchronous_commit}
 max_parallel_workers_per_gather = 0
 max_parallel_maintenance_workers = 0
 jit = off
@@ -133,10 +157,58 @@ jit = off
 
     def remove(self):
         self.stop()
-        for p in (self.pool, self.pool + '.grow'):
-            if os.path.exists(p):
-                os.unlink(p)
+        if self.pool_on_shm:
+            for p in (self.pool, self.pool + '.grow'):
+                if os.path.exists(p):
+                    os.unlink(p)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def restart_to_first_query(self, query, timeout=120):
+        """Stop the server (fast shutdown), start it, and time until `query`
+        first returns: the stop, the start-up, the work that the first use
+        of an index does (amrtree reconciles its pool and rebuilds the inner
+        nodes of every tree in it from the Leaf Table), and the query.
+        pg_ctl -w polls only ten times a second, so neither the stop nor the
+        start is waited for with it: the stop by watching postmaster.pid,
+        the start by psql trying every few milliseconds until it gets in.
+        Returns seconds (stop, start to the first result, the first query
+        alone)."""
+        # the shutdown checkpoint then has nothing to write: what it would
+        # write depends on what ran before, not on the index method
+        self.sql('CHECKPOINT')
+        pidfile = os.path.join(self.data, 'postmaster.pid')
+        t0 = time.monotonic()
+        subprocess.run([PG_BIN + '/pg_ctl', '-D', self.data, '-m', 'fast', '-W', 'stop'],
+                       check=True, stdout=subprocess.DEVNULL)
+        while os.path.exists(pidfile):
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError('the server did not stop in %d s' % timeout)
+            time.sleep(0.002)
+        stop = time.monotonic() - t0
+        t0 = time.monotonic()
+        subprocess.run([PG_BIN + '/pg_ctl', '-D', self.data, '-l',
+                        os.path.join(self.dir, 'server.log'), 'start'],
+                       check=True, stdout=subprocess.DEVNULL)
+        self.running = True
+        while True:
+            r = subprocess.run([PG_BIN + '/psql', '-X', '-A', '-t', '-q',
+                                '-v', 'ON_ERROR_STOP=1'] + self.conn_args(),
+                               input='\\timing on\n' + query, capture_output=True, text=True)
+            if r.returncode == 0:
+                break
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError('no answer %d s after start: %s' % (timeout, r.stderr.strip()))
+            time.sleep(0.005)
+        start = time.monotonic() - t0
+        ms = [float(m) for m in re.findall(r'Time: ([0-9.]+) ms', r.stdout)]
+        return stop, start, (ms[-1] / 1000.0 if ms else float('nan'))
+
+    def wal_pos(self):
+        """The WAL insert position, in bytes.  Not pg_current_wal_lsn(): that
+        is the write position, which with synchronous_commit = off lags the
+        insert position until the WAL writer catches up (up to 200 ms), so
+        its differences would miss the tail of what a statement wrote."""
+        return int(self.sql("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')"))
 
     def conn_args(self, db='bench'):
         return ['-h', self.dir, '-p', str(self.port), '-d', db]
@@ -160,8 +232,9 @@ jit = off
         return sum(ms) / 1000.0
 
     def pgbench(self, scripts, clients, seconds=None, transactions=None,
-                defines=None, tag='run', logdir=None):
-        """Run pgbench; returns tps and per-transaction latencies (ms)."""
+                defines=None, tag='run', logdir=None, gucs=None):
+        """Run pgbench; returns tps, transactions and per-transaction
+        latencies (ms).  gucs: settings for its sessions (PGOPTIONS)."""
         cmd = [PG_BIN + '/pgbench', '-n', '-c', str(clients), '-j', str(clients)]
         if seconds is not None:
             cmd += ['-T', str(seconds)]
@@ -178,13 +251,18 @@ jit = off
                 os.unlink(f)
             cmd += ['--log', '--log-prefix=' + prefix]
         cmd += self.conn_args()
+        env = None
+        if gucs:
+            env = dict(os.environ, PGOPTIONS=' '.join('-c %s=%s' % kv for kv in gucs.items()))
         t0 = time.monotonic()
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         wall = time.monotonic() - t0
         if r.returncode != 0 or 'aborted' in r.stderr:
             raise RuntimeError('pgbench failed: %s\n%s' % (r.stderr.strip()[-2000:], ' '.join(cmd)))
         m = re.search(r'tps = ([0-9.]+) \(without initial connection time\)', r.stdout)
         tps = float(m.group(1)) if m else float('nan')
+        m = re.search(r'number of transactions actually processed: (\d+)', r.stdout)
+        tx = int(m.group(1)) if m else 0
         lat = []
         if prefix:
             for f in glob.glob(prefix + '.*'):
@@ -194,7 +272,7 @@ jit = off
                         if len(parts) >= 3:
                             lat.append(int(parts[2]) / 1000.0)
                 os.unlink(f)
-        return {'tps': tps, 'lat': lat, 'wall': wall}
+        return {'tps': tps, 'tx': tx, 'lat': lat, 'wall': wall}
 
 
 def quantile(values, q):
@@ -243,17 +321,42 @@ def machine_info():
         capture_output=True, text=True).stdout.strip() or '?'
     pgver = subprocess.run([PG_BIN + '/postgres', '--version'],
                            capture_output=True, text=True).stdout.strip()
+    # the machine may be shared (other worktrees' test suites): the load
+    # before and after a run says whether its numbers had the CPUs alone
     return {'cpu': cpu, 'cores': os.cpu_count(), 'memory': mem,
             'kernel': platform.release(), 'postgres': pgver,
             'amrtree_commit': commit,
-            'date': datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}
+            'date': datetime.datetime.now().strftime('%Y-%m-%d %H:%M'),
+            'loadavg_start': [round(x, 2) for x in os.getloadavg()],
+            'cpu_busy_start': round(cpu_busy(), 3)}
 
 
-def print_machine(info):
+def cpu_busy(seconds=1.0):
+    """The fraction of all CPUs' time spent busy over the next `seconds`
+    (from /proc/stat; nan where there is none)."""
+    def sample():
+        with open('/proc/stat') as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]          # total, idle + iowait
+    try:
+        t0, i0 = sample()
+        time.sleep(seconds)
+        t1, i1 = sample()
+    except OSError:
+        return float('nan')
+    return 1 - (i1 - i0) / max(1, t1 - t0)
+
+
+def print_machine(info, configs=('shm',)):
     log('machine: %(cpu)s, %(cores)s cores, %(memory)s, Linux %(kernel)s' % info)
     log('         %(postgres)s, amrtree %(amrtree_commit)s, %(date)s' % info)
-    log('         PMEM emulated: the pool is a file on /dev/shm (DRAM-backed tmpfs);'
-        ' the SSD tier is a real file with O_DIRECT I/O')
+    log('         at the start: CPUs %.0f %% busy over a second, load average %s%s' % (
+        100 * info['cpu_busy_start'], info['loadavg_start'],
+        '  -- something else is running: expect noisier ratios'
+        if info['cpu_busy_start'] > 0.2 else ''))
+    for c in configs:
+        log('         %-5s %s' % (c + ':', CONFIG_NOTE[c]))
+    log('         the SSD tier is a real file with O_DIRECT I/O')
 
 
 # ---------------------------------------------------------------- data
@@ -353,7 +456,7 @@ class Results:
 
 
 def save_figure(plt, fig, ax, outdir, name):
-    if ax.get_legend_handles_labels()[0]:
+    if ax.get_legend() is None and ax.get_legend_handles_labels()[0]:
         ax.legend()
     fig.tight_layout()
     fig.savefig(os.path.join(outdir, name), dpi=110)
@@ -401,217 +504,474 @@ WHERE b && (SELECT box(point(x - {hw}, y - {hh}), point(x + {hw}, y + {hh})) FRO
     return '?'
 
 
+SHORT = {'amrtree': 'amrtree', 'amrtree_notier': 'amrtree-off', 'gist': 'GiST',
+         'spgist': 'SP-GiST'}
+# the targets that later work is judged on, shown beside the ratios
+TPS_TARGETS = {'range 0.001%': '>= 1.2', 'range 0.1%': '>= 1.5',
+               'insert sync 1 client': '>= 1.0', 'insert sync 2 clients': '>= 1.0'}
+
+
+def series_label(cfg, am):
+    return '%s/%s' % (SHORT[am], cfg)
+
+
+def ratio(a, b):
+    return a / b if b else float('nan')
+
+
+def sd_note(sd, n):
+    """' (sd x)', or blanks for one measurement (its sd would read 0)."""
+    return ' (sd %.3f)' % sd if n > 1 else ' ' * 11
+
+
+def phase(t0, title):
+    """A section header, with the time into the run (for sizing --quick)."""
+    log('\n== %s  [%.0f s]' % (title, time.monotonic() - t0))
+
+
+def rotated(seq, k):
+    """seq started at its k-th element: each round of runs starts with
+    another method, so that none always follows the same one (a run after
+    one that wrote a lot can meet its writeback)."""
+    k %= len(seq)
+    return seq[k:] + seq[:k]
+
+
+def prepare_data(args, workdir, rows):
+    """The CSV to load (id, box, t) and its number of rows."""
+    if args.data == 'porto':
+        return generate_data(workdir, rows), rows
+    if not args.data_file:
+        raise SystemExit('compare --data coast needs --data-file: bench/compare makes it '
+                         'with bench/coast_gen.py')
+    # the server reads it with COPY, as the PostgreSQL user: a copy in the
+    # work directory is certainly readable
+    path = os.path.join(workdir, os.path.basename(args.data_file))
+    shutil.copyfile(args.data_file, path)
+    with open(path) as f:
+        n = sum(1 for _ in f)
+    return path, n
+
+
+def data_shape(cl, table, nrows, spread, sample=1000):
+    """Box sizes against the data space, and how many other boxes a box
+    meets (over a sample, through the index): the coastline boxes meet
+    their two neighbours and little else, taxi boxes pile up downtown."""
+    step = max(1, nrows // sample)
+    w50, w99, h50, h99, zero = (float(x) for x in cl.rows(f"""
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY width(b)),
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY width(b)),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY height(b)),
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY height(b)),
+       avg((area(b) = 0)::int)
+FROM src""")[0])
+    met = cl.sql(f"""
+SET enable_seqscan = off;
+SELECT avg((SELECT count(*) FROM {table} t WHERE t.b && s.b) - 1),
+       max((SELECT count(*) FROM {table} t WHERE t.b && s.b) - 1)
+FROM src s WHERE s.id % {step} = 0""").splitlines()[-1].split('|')
+    shape = {'width_p50': w50, 'width_p99': w99, 'height_p50': h50, 'height_p99': h99,
+             'zero_area': zero, 'met_mean': float(met[0]), 'met_max': int(met[1]),
+             'spread': spread}
+    log('  width  median %.3g (%.3g %% of the data space), p99 %.3g;  height median %.3g '
+        '(%.3g %%), p99 %.3g;  zero area: %.1f %%'
+        % (w50, 100 * w50 / spread[0], w99, h50, 100 * h50 / spread[1], h99, 100 * zero))
+    log('  a box meets %.1f other boxes on average (max %d; over every %d-th box)'
+        % (shape['met_mean'], shape['met_max'], step))
+    return shape
+
+
 def cmd_compare(args):
     quick = args.quick
+    configs = ['shm', 'disk'] if args.config == 'both' else [args.config]
     rows = args.rows or (100000 if quick else 1000000)
-    seconds = args.seconds or (3 if quick else 10)
+    # --quick: builds and bulk inserts once, but pgbench as three 1-second
+    # rounds through all the methods rather than one 3-second run each, so
+    # that the machine's slow spells (the virtual disk's fsync latency
+    # wanders by 2x within seconds) fall on every method alike; restarts
+    # twice (they take about half a second)
+    seconds = args.seconds or (1 if quick else 10)
     reps = args.reps or (1 if quick else 3)
+    rounds = args.reps or 3
+    restarts = args.reps or (2 if quick else 3)
     clients = args.clients
-    bulk_rows = args.bulk_rows or rows
+    sels = QUICK_SELECTIVITIES if quick else SELECTIVITIES
     stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
     outdir = os.path.join(args.results, 'compare-' + stamp)
     res = Results(outdir, 'compare')
     info = machine_info()
-    print_machine(info)
-    log('compare: %d Porto-like rows, %d client(s), %d s per pgbench run, %d repetition(s)%s'
-        % (rows, clients, seconds, reps, ' (quick)' if quick else ''))
+    print_machine(info, configs)
+    csvpath, rows = prepare_data(args, args.workdir, rows)
+    # --quick inserts half the rows in bulk: with the pool on disk an
+    # amrtree index costs ~100x GiST's per row there (25-45 s for 100,000
+    # rows), which alone would take --config both past four minutes
+    bulk_rows = min(args.bulk_rows or (rows // 2 if quick else rows), rows)
+    log('compare: %d %s rows, configuration%s %s, %d client(s), %d repetition(s) of builds '
+        'and bulk inserts, %d round(s) of %d s pgbench runs, %d restart(s)%s'
+        % (rows, 'Porto-like' if args.data == 'porto' else 'GSHHG coastline',
+           's' if len(configs) > 1 else '', ' and '.join(configs), clients, reps, rounds,
+           seconds, restarts, ' (quick)' if quick else ''))
     pool_mb = max(256, int(rows * ENTRY_BYTES * 4 / 1048576) * 3 + 256)
-    cl = Cluster(args.workdir, 'compare', pool_mb, pool_mb)
-    logdir = os.path.join(cl.dir, 'pgbench-logs')
-    summary = {'machine': info, 'rows': rows, 'clients': clients, 'seconds': seconds,
-               'reps': reps}
+    # one cluster per configuration, both up for the whole run, so that
+    # every measurement interleaves them: the disk pool and
+    # synchronous_commit are server settings
+    clusters = {}
+    for i, cfg in enumerate(configs):
+        clusters[cfg] = Cluster(args.workdir, 'compare-' + cfg, pool_mb, pool_mb,
+                                pool_on_shm=(cfg == 'shm'),
+                                synchronous_commit='off' if cfg == 'shm' else 'on',
+                                port_offset=i)
+    series = [(cfg, am) for cfg in configs for am in AMS]
+    summary = {'machine': info, 'data': args.data, 'rows': rows, 'clients': clients,
+               'seconds': seconds, 'reps': reps, 'rounds': rounds, 'restarts': restarts,
+               'bulk_rows': bulk_rows, 'configs': configs,
+               'config_notes': {c: CONFIG_NOTE[c] for c in configs},
+               'results': {c: {} for c in configs}}
+    out = summary['results']
     try:
         t0 = time.monotonic()
-        cl.start()
-        os.makedirs(logdir, exist_ok=True)
-        csvpath = generate_data(args.workdir, rows)
-        load_source(cl, csvpath)
-        ncenters = make_centers(cl)
-        for am in AMS:
-            cl.sql(f'CREATE TABLE trips_{am} AS SELECT * FROM src ORDER BY id')
-
-        # -- build time and size (interleaved repetitions)
-        log('\n== index build')
-        builds = {am: [] for am in AMS}
-        for rep in range(reps):
+        for cfg, cl in clusters.items():
+            cl.start()
+            os.makedirs(os.path.join(cl.dir, 'pgbench-logs'), exist_ok=True)
+            load_source(cl, csvpath)
+            ncenters = make_centers(cl)
             for am in AMS:
-                t = 'trips_' + am
+                # no autovacuum on the measured tables: VACUUM runs where the
+                # driver says, and writes no WAL inside a measurement
+                cl.sql(f'CREATE TABLE trips_{am} AS SELECT * FROM src ORDER BY id; '
+                       f'ALTER TABLE trips_{am} SET (autovacuum_enabled = off)')
+        if args.data == 'coast':
+            os.unlink(csvpath)      # loaded; the cache in bench/data/ stays
+        centres = {cfg: cl.sql('SELECT sum(x), sum(y) FROM bench_centers')
+                   for cfg, cl in clusters.items()}
+        if len(set(centres.values())) > 1:
+            log('warning: the configurations drew different query centres: %s' % centres)
+        cl0 = clusters[configs[0]]
+
+        # -- build time, WAL and size (interleaved repetitions)
+        phase(t0, 'index build (time; WAL written by CREATE INDEX, bytes per row; size)')
+        builds = {k: [] for k in series}
+        bwal = {k: [] for k in series}
+        for rep in range(reps):
+            for cfg, am in series:
+                cl, t = clusters[cfg], 'trips_' + am
                 cl.sql(f'DROP INDEX IF EXISTS {t}_b; CHECKPOINT')
-                builds[am].append(cl.timed(INDEX_DDL[am].format(t=t)))
-        sizes = {}
-        for am in AMS:
-            cl.sql(f'VACUUM ANALYZE trips_{am}')
+                w0 = cl.wal_pos()
+                builds[(cfg, am)].append(cl.timed(INDEX_DDL[am].format(t=t)))
+                bwal[(cfg, am)].append((cl.wal_pos() - w0) / rows)
+        for cfg, am in series:
+            cl, t = clusters[cfg], 'trips_' + am
+            cl.sql(f'VACUUM ANALYZE {t}')
             if am.startswith('amrtree'):
                 # measure the steady state: the tier manager demotes the
                 # leaves nobody has touched yet (rule R5) right after a build
-                cl.sql(f"SELECT amrtree_settle('trips_{am}_b', 1)")
-            sizes[am] = index_bytes(cl, am, 'trips_' + am)
-            m, sd = mean_sd(builds[am])
-            summary.setdefault('build_s', {})[am] = m
-            summary.setdefault('size_bytes', {})[am] = sizes[am]
-            res.add(metric='build_time', am=am, value=m, sd=sd, unit='s')
-            res.add(metric='index_size', am=am, value=sizes[am]['total'], unit='bytes',
-                    detail='dram=%(dram)d pmem=%(pmem)d ssd=%(ssd)d' % sizes[am])
-            log('  %-22s build %7.3f s (sd %.3f)   size %7.1f MB%s'
-                % (AM_LABEL[am], m, sd, sizes[am]['total'] / 1048576,
-                   '  (DRAM %.2f MB + PMEM %.1f MB + SSD %.1f MB)'
-                   % (sizes[am]['dram'] / 1048576, sizes[am]['pmem'] / 1048576,
-                      sizes[am]['ssd'] / 1048576) if am.startswith('amrtree') else ''))
+                cl.sql(f"SELECT amrtree_settle('{t}_b', 1)")
+            size = index_bytes(cl, am, t)
+            m, sd = mean_sd(builds[(cfg, am)])
+            w, _ = mean_sd(bwal[(cfg, am)])
+            r = out[cfg]
+            r.setdefault('build_s', {})[am] = m
+            r.setdefault('build_wal_per_row', {})[am] = w
+            r.setdefault('size_bytes', {})[am] = size
+            res.add(config=cfg, metric='build_time', am=am, value=m, sd=sd, unit='s')
+            res.add(config=cfg, metric='build_wal_per_row', am=am, value=w, unit='bytes')
+            res.add(config=cfg, metric='index_size', am=am, value=size['total'], unit='bytes',
+                    detail='dram=%(dram)d pmem=%(pmem)d ssd=%(ssd)d' % size)
+            log('  %-17s build %7.3f s%s  WAL %7.1f B/row  size %7.1f MB%s'
+                % (series_label(cfg, am), m, sd_note(sd, reps), w, size['total'] / 1048576,
+                   '  (DRAM %.2f + PMEM %.1f + SSD %.1f)'
+                   % (size['dram'] / 1048576, size['pmem'] / 1048576,
+                      size['ssd'] / 1048576) if am.startswith('amrtree') else ''))
 
-        # -- windows
+        # -- the data, and the query windows
+        spread = data_spread(cl0)
+        phase(t0, 'data: %d %s boxes' % (rows, args.data))
+        summary['data_shape'] = data_shape(cl0, 'trips_gist', rows, spread)
         log('\n== query windows (centred on data boxes; selectivity = window area / data space area)')
-        spread = data_spread(cl)
-        windows = make_windows(cl, 'trips_amrtree', rows, spread, SELECTIVITIES)
+        windows = make_windows(cl0, 'trips_amrtree', rows, spread, sels)
         summary['windows'] = {pct(s): {'hw': w[0], 'hh': w[1], 'mean_rows': w[2]}
                               for s, w in windows.items()}
-        bw, bh = [float(x) for x in cl.rows(
+        bw, bh = [float(x) for x in cl0.rows(
             "SELECT avg(width(b)), avg(height(b)) FROM src")[0]]
 
-        # -- query scripts
-        runs = []
-        for s in SELECTIVITIES:
-            hw, hh = windows[s][0], windows[s][1]
-            runs.append(('range %s' % pct(s), ['range.sql'], {'hw': hw, 'hh': hh, 'n': ncenters}))
-        hw, hh = windows[0.0001][0], windows[0.0001][1]
-        runs.append(('skewed 0.01%', ['skewed.sql'], {'hw': hw, 'hh': hh, 'n': ncenters,
-                                                       'nhot': min(1000, ncenters)}))
         log('\n== plans chosen by the planner (one window per selectivity)')
         summary['plans'] = {}
-        for s in SELECTIVITIES:
-            plans = {am: plan_of(cl, 'trips_' + am, windows[s][0], windows[s][1]) for am in AMS}
+        for s in sels:
+            plans = {series_label(cfg, am): plan_of(clusters[cfg], 'trips_' + am,
+                                                    windows[s][0], windows[s][1])
+                     for cfg, am in series}
             summary['plans'][pct(s)] = plans
-            log('  %-7s %s' % (pct(s), '  '.join('%s: %s' % (AM_LABEL[am], plans[am]) for am in AMS)))
+            kinds = sorted(set(plans.values()))
+            log('  %-7s %s' % (pct(s), 'every method: ' + kinds[0] if len(kinds) == 1 else
+                               '  '.join('%s: %s' % kv for kv in plans.items())))
 
-        log('\n== pgbench (tps; latency avg / p95 / p99 in ms)')
+        # -- queries
+        runs = [('range %s' % pct(s), ['range.sql'],
+                 {'hw': windows[s][0], 'hh': windows[s][1], 'n': ncenters}) for s in sels]
+        if not quick:
+            hw, hh = windows[0.0001][0], windows[0.0001][1]
+            runs.append(('skewed 0.01%', ['skewed.sql'], {'hw': hw, 'hh': hh, 'n': ncenters,
+                                                           'nhot': min(1000, ncenters)}))
+        phase(t0, 'pgbench (tps; latency avg / p95 / p99 in ms; %d round(s) of %d s)'
+              % (rounds, seconds))
         qres = {}
         for label, scripts, defs in runs:
-            for rep in range(reps):
-                for am in AMS:
-                    d = dict(defs, tbl='trips_' + am)
+            for rnd in range(rounds):
+                for cfg, am in rotated(series, rnd):
+                    cl = clusters[cfg]
                     r = cl.pgbench([os.path.join(SCRIPTS, x) for x in scripts], clients,
-                                   seconds=seconds, defines=d, tag='q', logdir=logdir)
-                    qres.setdefault((label, am), []).append(r)
-            report_runs(res, summary, qres, label)
+                                   seconds=seconds, defines=dict(defs, tbl='trips_' + am),
+                                   tag='q', logdir=os.path.join(cl.dir, 'pgbench-logs'))
+                    qres.setdefault((label, cfg, am), []).append(r)
+            report_runs(res, out, qres, label, configs)
 
-        # -- single-row inserts and a mixed workload (these grow the tables)
+        # -- single-row inserts (these grow the tables): with
+        # synchronous_commit = on, what a durable application sees, and
+        # off, where the index's own cost is not hidden by the WAL flush
         ins_defs = {'n': ncenters, 'bw': bw, 'bh': bh}
-        for rep in range(reps):
-            for am in AMS:
-                d = dict(ins_defs, tbl='trips_' + am)
-                r = cl.pgbench([os.path.join(SCRIPTS, 'insert.sql')], clients,
-                               seconds=seconds, defines=d, tag='i', logdir=logdir)
-                qres.setdefault(('insert 1 row', am), []).append(r)
-        report_runs(res, summary, qres, 'insert 1 row')
-        hw, hh = windows[0.0001][0], windows[0.0001][1]
-        for rep in range(reps):
-            for am in AMS:
-                d = dict(ins_defs, tbl='trips_' + am, hw=hw, hh=hh)
-                r = cl.pgbench([os.path.join(SCRIPTS, 'range.sql') + '@8',
-                                os.path.join(SCRIPTS, 'insert.sql') + '@2'], clients,
-                               seconds=seconds, defines=d, tag='m', logdir=logdir)
-                qres.setdefault(('mixed 80/20', am), []).append(r)
-        report_runs(res, summary, qres, 'mixed 80/20')
+        ins_runs = [('insert sync 1 client', 1, 'on'), ('insert sync 2 clients', 2, 'on'),
+                    ('insert async %d client%s' % (clients, 's' if clients > 1 else ''),
+                     clients, 'off')]
+        iwal = {k: [0, 0] for k in series}      # bytes, rows
+        for label, ncl, sync in ins_runs:
+            for rnd in range(rounds):
+                for cfg, am in rotated(series, rnd):
+                    cl = clusters[cfg]
+                    w0 = cl.wal_pos()
+                    r = cl.pgbench([os.path.join(SCRIPTS, 'insert.sql')], ncl, seconds=seconds,
+                                   defines=dict(ins_defs, tbl='trips_' + am), tag='i',
+                                   logdir=os.path.join(cl.dir, 'pgbench-logs'),
+                                   gucs={'synchronous_commit': sync})
+                    r['wal'] = cl.wal_pos() - w0
+                    iwal[(cfg, am)][0] += r['wal']
+                    iwal[(cfg, am)][1] += r['tx']
+                    qres.setdefault((label, cfg, am), []).append(r)
+            report_runs(res, out, qres, label, configs)
+        for cfg, am in series:
+            w = ratio(*iwal[(cfg, am)])
+            out[cfg].setdefault('insert_wal_per_row', {})[am] = w
+            res.add(config=cfg, metric='insert_wal_per_row', am=am, value=w, unit='bytes',
+                    detail='%d rows' % iwal[(cfg, am)][1])
+        for cfg in configs:
+            log('  %-22s %-4s %s' % ('WAL per inserted row' if cfg == configs[0] else '', cfg,
+                                     '  '.join('%s %.0f B' % (SHORT[am], out[cfg]['insert_wal_per_row'][am])
+                                               for am in AMS)))
+        if not quick:
+            hw, hh = windows[0.0001][0], windows[0.0001][1]
+            for rnd in range(rounds):
+                for cfg, am in rotated(series, rnd):
+                    cl = clusters[cfg]
+                    r = cl.pgbench([os.path.join(SCRIPTS, 'range.sql') + '@8',
+                                    os.path.join(SCRIPTS, 'insert.sql') + '@2'], clients,
+                                   seconds=seconds,
+                                   defines=dict(ins_defs, tbl='trips_' + am, hw=hw, hh=hh),
+                                   tag='m', logdir=os.path.join(cl.dir, 'pgbench-logs'))
+                    qres.setdefault(('mixed 80/20', cfg, am), []).append(r)
+            report_runs(res, out, qres, 'mixed 80/20', configs)
         log('  (KNN: not measured -- the amrtree operator class has no distance operator yet)')
 
         # -- bulk insert: INSERT ... SELECT with the index present vs no index
-        log('\n== bulk insert: INSERT ... SELECT of %d rows into an empty table' % bulk_rows)
-        bulk = {k: [] for k in ['none'] + AMS}
+        phase(t0, 'bulk insert: INSERT ... SELECT of %d rows into an empty table (time; WAL per row)'
+              % bulk_rows)
+        bulk = {(cfg, k): [] for cfg in configs for k in ['none'] + AMS}
+        bulkwal = {k: [] for k in bulk}
         for rep in range(reps):
-            for am in ['none'] + AMS + ['none']:
-                cl.sql('DROP TABLE IF EXISTS bulk; CREATE TABLE bulk (id int, b box, t float8)')
-                if am != 'none':
-                    cl.sql(INDEX_DDL[am].format(t='bulk'))
-                cl.sql('CHECKPOINT')
-                bulk[am].append(cl.timed(
-                    f'INSERT INTO bulk SELECT * FROM src WHERE id <= {bulk_rows}'))
-            cl.sql('DROP TABLE bulk; CHECKPOINT')
-        base, base_sd = mean_sd(bulk['none'])
-        res.add(metric='bulk_insert', am='none', value=base, sd=base_sd, unit='s')
-        log('  %-22s %7.3f s' % ('no index', base))
-        summary['bulk'] = {'none': base}
-        for am in AMS:
-            m, sd = mean_sd(bulk[am])
-            cost = m - base
-            summary['bulk'][am] = m
-            res.add(metric='bulk_insert', am=am, value=m, sd=sd, unit='s')
-            res.add(metric='bulk_index_cost', am=am, value=cost, unit='s')
-            log('  %-22s %7.3f s (sd %.3f)  index cost %7.3f s  = %.2f us/row'
-                % (AM_LABEL[am], m, sd, cost, cost / bulk_rows * 1e6))
+            for cfg in configs:
+                cl = clusters[cfg]
+                for am in ['none'] + AMS + ['none']:
+                    cl.sql('DROP TABLE IF EXISTS bulk; CREATE TABLE bulk (id int, b box, t float8) '
+                           'WITH (autovacuum_enabled = off)')
+                    if am != 'none':
+                        cl.sql(INDEX_DDL[am].format(t='bulk'))
+                    cl.sql('CHECKPOINT')
+                    w0 = cl.wal_pos()
+                    bulk[(cfg, am)].append(cl.timed(
+                        f'INSERT INTO bulk SELECT * FROM src WHERE id <= {bulk_rows}'))
+                    bulkwal[(cfg, am)].append((cl.wal_pos() - w0) / bulk_rows)
+                cl.sql('DROP TABLE bulk; CHECKPOINT')
+        for cfg in configs:
+            base, base_sd = mean_sd(bulk[(cfg, 'none')])
+            base_wal, _ = mean_sd(bulkwal[(cfg, 'none')])
+            r = out[cfg]
+            r['bulk'] = {'none': base}
+            r['bulk_wal_per_row'] = {'none': base_wal}
+            res.add(config=cfg, metric='bulk_insert', am='none', value=base, sd=base_sd, unit='s')
+            res.add(config=cfg, metric='bulk_wal_per_row', am='none', value=base_wal, unit='bytes')
+            log('  %-17s %7.3f s%s                                WAL %6.1f B/row'
+                % ('no index/' + cfg, base, sd_note(base_sd, reps), base_wal))
+            for am in AMS:
+                m, sd = mean_sd(bulk[(cfg, am)])
+                w, _ = mean_sd(bulkwal[(cfg, am)])
+                cost = m - base
+                r['bulk'][am] = m
+                r['bulk_wal_per_row'][am] = w
+                res.add(config=cfg, metric='bulk_insert', am=am, value=m, sd=sd, unit='s')
+                res.add(config=cfg, metric='bulk_index_cost', am=am, value=cost, unit='s')
+                res.add(config=cfg, metric='bulk_wal_per_row', am=am, value=w, unit='bytes')
+                log('  %-17s %7.3f s%s  index cost %7.3f s = %6.2f us/row  WAL %6.1f B/row'
+                    % (series_label(cfg, am), m, sd_note(sd, reps), cost, cost / bulk_rows * 1e6, w))
+
+        # -- restart: a clean restart, then the first query that uses the index
+        hw, hh = windows[sels[0]][0], windows[sels[0]][1]
+        x, y = (float(v) for v in cl0.rows('SELECT x, y FROM bench_centers WHERE id = 1')[0])
+        phase(t0, 'restart to first query: a fast shutdown, a start, and an index scan of the '
+              'table (after a CHECKPOINT)')
+        rst = {k: [] for k in series}
+        for rep in range(restarts):
+            for cfg, am in rotated(series, rep):
+                rst[(cfg, am)].append(clusters[cfg].restart_to_first_query(
+                    f"SET enable_seqscan = off;\n"
+                    f"SELECT count(*) FROM trips_{am} WHERE b && "
+                    f"box(point({x - hw!r}, {y - hh!r}), point({x + hw!r}, {y + hh!r}));"))
+        for cfg, am in series:
+            ts = rst[(cfg, am)]
+            total, total_sd = mean_sd([t[0] + t[1] for t in ts])
+            stop, _ = mean_sd([t[0] for t in ts])
+            start, _ = mean_sd([t[1] for t in ts])
+            first, _ = mean_sd([t[2] for t in ts])
+            out[cfg].setdefault('restart', {})[am] = {
+                'to_first_result_s': total, 'stop_s': stop, 'start_to_first_result_s': start,
+                'first_query_s': first}
+            res.add(config=cfg, metric='restart_to_first_query', am=am, value=total,
+                    sd=total_sd, unit='s', detail='stop %.4f start %.4f' % (stop, start))
+            res.add(config=cfg, metric='first_query_after_restart', am=am, value=first, unit='s')
+            log('  %-17s %7.3f s%s = stop %.3f + start to first result %.3f;  first query %.4f s'
+                % (series_label(cfg, am), total, sd_note(total_sd, len(ts)), stop, start, first))
         summary['elapsed_s'] = time.monotonic() - t0
 
+        info['loadavg_end'] = [round(x, 2) for x in os.getloadavg()]
         print_compare_ratios(summary, res)
         csvp = res.write_csv()
         with open(os.path.join(outdir, 'summary.json'), 'w') as f:
             json.dump(summary, f, indent=1, default=str)
         plot_compare(summary, outdir)
         log('\nresults: %s (CSV), summary.json, compare-tps.png in %s' % (csvp, outdir))
-        log('elapsed: %.0f s' % summary['elapsed_s'])
+        log('elapsed: %.0f s; load average %s at the end (the run itself keeps it near %d)'
+            % (summary['elapsed_s'], info['loadavg_end'], clients))
     finally:
-        cl.remove()
+        for cl in clusters.values():
+            cl.remove()
 
 
-def report_runs(res, summary, qres, label):
-    tps = {}
-    for am in AMS:
-        rs = qres[(label, am)]
-        t, sd = mean_sd([r['tps'] for r in rs])
-        lat = lat_summary([x for r in rs for x in r['lat']])
-        tps[am] = t
-        summary.setdefault('tps', {}).setdefault(label, {})[am] = {'tps': t, 'sd': sd, **lat}
-        res.add(metric='tps', script=label, am=am, value=t, sd=sd, unit='tps',
-                lat_avg_ms=lat['avg'], lat_p95_ms=lat['p95'], lat_p99_ms=lat['p99'])
-    log('  %-14s %s' % (label, '  '.join(
-        '%s %7.0f (%.2f/%.2f/%.2f)' % (AM_LABEL[am].replace(' (tiering off)', '-off'), tps[am],
-                                       summary['tps'][label][am]['avg'],
-                                       summary['tps'][label][am]['p95'],
-                                       summary['tps'][label][am]['p99']) for am in AMS)))
+def report_runs(res, out, qres, label, configs):
+    for cfg in configs:
+        per = out[cfg].setdefault('tps', {}).setdefault(label, {})
+        for am in AMS:
+            rs = qres[(label, cfg, am)]
+            t, sd = mean_sd([r['tps'] for r in rs])
+            lat = lat_summary([x for r in rs for x in r['lat']])
+            per[am] = {'tps': t, 'sd': sd, **lat}
+            extra = {}
+            if 'wal' in rs[0]:
+                extra['wal_per_row'] = ratio(sum(r['wal'] for r in rs), sum(r['tx'] for r in rs))
+                per[am]['wal_per_row'] = extra['wal_per_row']
+            res.add(config=cfg, metric='tps', script=label, am=am, value=t, sd=sd, unit='tps',
+                    lat_avg_ms=lat['avg'], lat_p95_ms=lat['p95'], lat_p99_ms=lat['p99'], **extra)
+        log('  %-22s %-4s %s' % (label if cfg == configs[0] else '', cfg, '  '.join(
+            '%s %7.0f (%.2f/%.2f/%.2f)' % (SHORT[am], per[am]['tps'], per[am]['avg'],
+                                           per[am]['p95'], per[am]['p99']) for am in AMS)))
+
+
+def compare_ratio_lines(r):
+    """(what, {am: value / GiST's}, target) for one configuration's results."""
+    others = [am for am in AMS if am != 'gist']
+    lines = []
+
+    def add(what, values, target=''):
+        lines.append((what, {am: ratio(values[am], values['gist']) for am in others}, target))
+
+    b = r['build_s']
+    lines.append(('build speed (GiST time / time)',
+                  {am: ratio(b['gist'], b[am]) for am in others}, '>= 4'))
+    add('build WAL per row (bytes / GiST bytes)', r['build_wal_per_row'])
+    add('index size (bytes / GiST bytes)', {am: v['total'] for am, v in r['size_bytes'].items()})
+    for label, per in r['tps'].items():
+        add('tps %s' % label, {am: per[am]['tps'] for am in AMS}, TPS_TARGETS.get(label, ''))
+    add('WAL per row, single-row inserts', r['insert_wal_per_row'], '<= 1')
+    bulk = r['bulk']
+    add('bulk-insert index cost (cost / GiST cost)',
+        {am: bulk[am] - bulk['none'] for am in AMS}, '<= 0.5')
+    add('bulk-insert WAL per row (bytes / GiST)', r['bulk_wal_per_row'], '<= 1')
+    add('restart to first query (time / GiST)',
+        {am: v['to_first_result_s'] for am, v in r['restart'].items()})
+    add('first query after restart (time / GiST)',
+        {am: v['first_query_s'] for am, v in r['restart'].items()})
+    return lines
 
 
 def print_compare_ratios(summary, res):
-    log('\n== ratios to GiST (for amrtree, higher is better except size and insert cost)')
+    configs = summary['configs']
+    out = summary['results']
     others = [am for am in AMS if am != 'gist']
-    lines = []
-    b = summary['build_s']
-    lines.append(('build speed (GiST time / time)', {am: b['gist'] / b[am] for am in others}, '>= 4'))
-    sz = summary['size_bytes']
-    lines.append(('index size (bytes / GiST bytes)',
-                  {am: sz[am]['total'] / sz['gist']['total'] for am in others}, ''))
-    targets = {'range 0.001%': '>= 1.2', 'range 0.1%': '>= 1.5'}
-    for label, per in summary['tps'].items():
-        lines.append(('tps %s' % label, {am: per[am]['tps'] / per['gist']['tps'] for am in others},
-                      targets.get(label, '')))
-    bulk = summary['bulk']
-    gcost = bulk['gist'] - bulk['none']
-    if gcost > 0:
-        lines.append(('bulk-insert index cost (cost / GiST cost)',
-                      {am: (bulk[am] - bulk['none']) / gcost for am in others}, '<= 0.25'))
-    log('  %-42s %s  %s' % ('', ' '.join('%22s' % AM_LABEL[am] for am in others), 'target (amrtree)'))
-    for name, vals, tgt in lines:
-        log('  %-42s %s  %s' % (name, ' '.join('%22.2f' % vals[am] for am in others), tgt))
-        for am in others:
-            res.add(metric='ratio_to_gist', script=name, am=am, value=vals[am], unit='x')
-    summary['ratios'] = [{'what': n, **v, 'target': t} for n, v, t in lines]
+    log('\n== ratios to GiST in the same configuration (for amrtree higher is better for build '
+        'speed and tps, lower for the rest)')
+    per_cfg = {cfg: compare_ratio_lines(out[cfg]) for cfg in configs}
+    cols = [(cfg, am) for cfg in configs for am in others]
+    log('  %-42s %s  %s' % ('', ' '.join('%16s' % series_label(c, a) for c, a in cols),
+                            'target (amrtree)'))
+    summary['ratios'] = {}
+    for i, (what, _, target) in enumerate(per_cfg[configs[0]]):
+        vals = {cfg: per_cfg[cfg][i][1] for cfg in configs}
+        log('  %-42s %s  %s' % (what, ' '.join('%16.2f' % vals[c][a] for c, a in cols), target))
+        for cfg, am in cols:
+            res.add(config=cfg, metric='ratio_to_gist', script=what, am=am, value=vals[cfg][am],
+                    unit='x')
+    for cfg in configs:
+        summary['ratios'][cfg] = [{'what': n, **v, 'target': t} for n, v, t in per_cfg[cfg]]
+    if configs != ['shm', 'disk']:
+        return
+    # the durable default against emulated PMEM, method by method.  GiST
+    # and SP-GiST do not use the pool: their ratios are the noise of the
+    # run (and the cost of synchronous_commit where a run commits)
+    log('\n== disk / shm, per method (GiST and SP-GiST do not use the pool: their ratios show '
+        'the noise,\n   and synchronous_commit where it differs)')
+    rd, rs = out['disk'], out['shm']
+    lines = [('build time', {am: ratio(rd['build_s'][am], rs['build_s'][am]) for am in AMS}, '')]
+    for label in rs['tps']:
+        lines.append(('tps %s' % label, {am: ratio(rd['tps'][label][am]['tps'],
+                                                   rs['tps'][label][am]['tps']) for am in AMS},
+                      'as GiST' if label.startswith('range') else ''))
+    lines.append(('bulk-insert index cost',
+                  {am: ratio(rd['bulk'][am] - rd['bulk']['none'], rs['bulk'][am] - rs['bulk']['none'])
+                   for am in AMS}, ''))
+    lines.append(('restart to first query',
+                  {am: ratio(rd['restart'][am]['to_first_result_s'],
+                             rs['restart'][am]['to_first_result_s']) for am in AMS}, ''))
+    log('  %-42s %s  %s' % ('', ' '.join('%16s' % SHORT[am] for am in AMS), 'target (amrtree)'))
+    for what, vals, target in lines:
+        log('  %-42s %s  %s' % (what, ' '.join('%16.2f' % vals[am] for am in AMS), target))
+        for am in AMS:
+            res.add(config='disk/shm', metric='disk_over_shm', script=what, am=am,
+                    value=vals[am], unit='x')
+    summary['disk_over_shm'] = [{'what': n, **v, 'target': t} for n, v, t in lines]
 
 
 def plot_compare(summary, outdir):
     plt = plt_or_none()
     if not plt:
         return
-    labels = list(summary['tps'].keys())
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    width = 0.2
+    configs = summary['configs']
+    out = summary['results']
+    labels = list(out[configs[0]]['tps'].keys())
+    fig, ax = plt.subplots(figsize=(11, 4.5))
     colors = {'amrtree': '#1f77b4', 'amrtree_notier': '#9ecae1', 'gist': '#ff7f0e',
               'spgist': '#2ca02c'}
-    for i, am in enumerate(AMS):
-        vals = [summary['tps'][l][am]['tps'] for l in labels]
-        errs = [summary['tps'][l][am]['sd'] for l in labels]
-        ax.bar([x + (i - 1.5) * width for x in range(len(labels))], vals, width,
-               yerr=errs, label=AM_LABEL[am], color=colors[am])
+    series = [(cfg, am) for cfg in configs for am in AMS]
+    width = 0.8 / len(series)
+    for i, (cfg, am) in enumerate(series):
+        vals = [out[cfg]['tps'][l][am]['tps'] for l in labels]
+        errs = [out[cfg]['tps'][l][am]['sd'] for l in labels]
+        ax.bar([x + (i - (len(series) - 1) / 2) * width for x in range(len(labels))], vals, width,
+               yerr=errs, label=series_label(cfg, am), color=colors[am],
+               hatch='//' if cfg == 'disk' else None, edgecolor='white' if cfg == 'disk' else None)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=20)
     ax.set_ylabel('transactions / s')
     ax.set_yscale('log')
-    ax.set_title('pgbench throughput, %d rows, %d client(s)' % (summary['rows'], summary['clients']))
+    ax.set_title('pgbench throughput, %d %s rows, %s' % (summary['rows'], summary['data'],
+                                                       ' and '.join(configs)))
+    # eight bars a group: the legend goes beside the plot, not over it
+    ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1), fontsize='small')
     save_figure(plt, fig, ax, outdir, 'compare-tps.png')
 
 
@@ -1032,6 +1392,13 @@ def main():
     c.add_argument('--clients', type=int, default=2)
     c.add_argument('--seconds', type=int)
     c.add_argument('--reps', type=int)
+    c.add_argument('--data', choices=['porto', 'coast'], default='porto',
+                   help='porto: synthetic Porto-like taxi boxes; coast: GSHHG coastline '
+                   'segments (--data-file)')
+    c.add_argument('--data-file', help='--data coast: the CSV that bench/coast_gen.py wrote')
+    c.add_argument('--config', choices=['shm', 'disk', 'both'], default='shm',
+                   help='shm: the pool on /dev/shm, synchronous_commit off; disk: the default '
+                   'pool file in the data directory, synchronous_commit on; both: side by side')
     s = sub.add_parser('budget_sweep')
     s.add_argument('--quick', action='store_true')
     s.add_argument('--rows', help='comma-separated sizes')

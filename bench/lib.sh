@@ -7,16 +7,27 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 BENCH_PACKAGES=(python3-matplotlib)
+# compare --data coast: GMT dumps the GSHHG shorelines (bench/coast_gen.py);
+# -low has the crude, low and intermediate resolutions, -high the next one
+# (for more than ~415,000 boxes).  GMT's recommends (Ghostscript, DCW
+# borders, ...) are for maps and not needed here.
+COAST_PACKAGES=(gmt gmt-gshhg-low gmt-gshhg-high)
 
-install_bench_deps() {
-	local missing=() p
-	for p in "${BENCH_PACKAGES[@]}"; do
+# install_packages [--no-install-recommends] PACKAGE...: those not installed yet
+install_packages() {
+	local opts=() missing=() p
+	if [ "${1:-}" = --no-install-recommends ]; then opts+=("$1"); shift; fi
+	for p in "$@"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 	done
 	[ ${#missing[@]} -eq 0 ] && return 0
 	say "installing: ${missing[*]}"
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${opts[@]}" "${missing[@]}" >/dev/null
+}
+
+install_bench_deps() {
+	install_packages "${BENCH_PACKAGES[@]}"
 }
 
 # run_driver COMMAND [--no-deps] [driver options...]
@@ -26,17 +37,35 @@ install_bench_deps() {
 run_driver() {
 	local cmd="$1"; shift
 	local py="${BENCH_PY:-$AMR_ROOT/bench/amrbench.py}"
-	local deps=1 args=() a
+	local deps=1 args=() a prev='' data=porto rows='' quick=0
 	for a in "$@"; do
 		case "$a" in
 			--no-deps) deps=0 ;;
 			-h|--help) /usr/bin/python3 "$py" --workdir . "$cmd" --help; exit 0 ;;
 			*) args+=("$a") ;;
 		esac
+		# what the coastline data below depends on
+		case "$prev" in --data) data="$a" ;; --rows) rows="$a" ;; esac
+		case "$a" in --data=*) data="${a#--data=}" ;; --rows=*) rows="${a#--rows=}" ;; --quick) quick=1 ;; esac
+		prev="$a"
 	done
 	if [ "$deps" = 1 ]; then
 		install_deps
 		install_bench_deps
+		if [ "$data" = coast ]; then install_packages --no-install-recommends "${COAST_PACKAGES[@]}"; fi
+	fi
+	if [ "$data" = coast ]; then
+		# made here, as the invoking user, and cached in bench/data/: the
+		# driver runs as the PostgreSQL user, who cannot write there.  The
+		# sizes: --quick as for the Porto data; otherwise coast_gen's
+		# default, the scale of the coastline figures in the issues
+		if [ -z "$rows" ]; then
+			if [ "$quick" = 1 ]; then rows=100000; else rows=220000; fi
+		fi
+		say "coastline boxes (bench/coast_gen.py --boxes $rows)"
+		local file
+		file="$(/usr/bin/python3 "$AMR_ROOT/bench/coast_gen.py" --boxes "$rows")"
+		args+=(--data-file "$file")
 	fi
 	build_install
 
