@@ -2,6 +2,7 @@
 
 EXTENSION = amrtree
 MODULE_big = amrtree
+srcdir ?= .
 DATA = sql/amrtree--0.2.sql sql/amrtree--0.1--0.2.sql
 PGFILEDESC = "amrtree - AMR-Tree index access method"
 
@@ -27,10 +28,12 @@ OBJS = \
 	src/amr_funcs.o \
 	src/amr_insert.o \
 	src/amr_leafstore.o \
+	src/amr_pool.o \
 	src/amr_pins.o \
 	src/amr_reconcile.o \
 	src/amr_scan.o \
 	src/amr_shmem.o \
+	src/amr_slotfile.o \
 	src/amr_ssdio.o \
 	src/amr_ssdcache.o \
 	src/amr_tier.o \
@@ -44,9 +47,16 @@ PG_CPPFLAGS += -I$(srcdir)/src
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare \
 	-Wno-missing-field-initializers -Wno-clobbered
 
-# Tests: run through test/run-tests.sh (needs shared_preload_libraries).
-REGRESS_OPTS = --inputdir=test --outputdir=$(AMR_TEST_OUTDIR)
-ISOLATION_OPTS = --inputdir=test --outputdir=$(AMR_TEST_OUTDIR)
+# Tests.  scripts/test.sh is the one command (it builds, starts throwaway
+# servers with amrtree preloaded, and runs everything); the usual PGXS
+# targets work too, against a running server started with
+# shared_preload_libraries = 'amrtree':
+#   make installcheck          pg_regress and isolation tests
+#   make prove_installcheck    TAP tests (they start servers of their own)
+include $(srcdir)/test/schedule.mk
+REGRESS = $(REGRESS_TESTS)
+ISOLATION = $(ISOLATION_TESTS)
+TAP_TESTS = 1
 
 # rebuild objects when the headers they include change
 override autodepend = yes

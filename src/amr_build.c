@@ -156,8 +156,8 @@ publish_leaf(AmrTree *t, uint32 leaf_id, uint32 tier, uint32 slot, const AmrLeaf
 	amr_leaf_publish(t, leaf_id, tier, slot, img, mbr, nulls);
 	item->box = nulls ? (AmrFBox) {0, 0, 0, 0} : *mbr;
 	item->ref = leaf_id;
-	__atomic_add_fetch(&t->nleaves, 1, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&t->nentries, img->hdr.nentries, __ATOMIC_RELAXED);
+	amr_counter_add(&t->nleaves, 1);
+	amr_counter_add(&t->nentries, img->hdr.nentries);
 }
 
 /* Make the batch durable with one sync, then publish it. */
@@ -379,7 +379,8 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 
 	/*
 	 * Every row seen was inserted by a WAL record before this point, so the
-	 * current insert position bounds them all (DESIGN 5).
+	 * current insert position bounds them all (docs/design.md, "No phantom
+	 * rows").
 	 */
 	lsn = amr_insert_lsn();
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL,

@@ -107,8 +107,8 @@ probe_tree(PlannerInfo *root, IndexOptInfo *index, IndexPath *path,
 
 	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
 	matched = amr_count_leaves(&amr_store, t, keys, nkeys);
-	probe->leaves = (double) __atomic_load_n(&t->nleaves, __ATOMIC_RELAXED);
-	probe->entries = (double) __atomic_load_n(&t->nentries, __ATOMIC_RELAXED);
+	probe->leaves = (double) amr_counter_read(&t->nleaves);
+	probe->entries = (double) amr_counter_read(&t->nentries);
 	LWLockRelease(amr_tree_lock(t));
 
 	if (probe->leaves < 1 || probe->entries < 1)

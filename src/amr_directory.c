@@ -104,7 +104,7 @@ remember(PendingKind kind, uint32 tree_no, uint32 generation, Oid db_oid)
 	p->next = pending_actions;
 	pending_actions = p;
 	if (kind == PENDING_DROP_TREE)
-		__atomic_add_fetch(&amr_store.trees[tree_no].drops_pending, 1, __ATOMIC_SEQ_CST);
+		amr_sync_add(&amr_store.trees[tree_no].drops_pending, 1);
 }
 
 static void
@@ -122,12 +122,8 @@ amr_tree_reset_dram(AmrTree *t)
 	uint32		generation = t->generation;
 
 	amr_tree_free_nodes(&amr_store, t);
-	memset(t, 0, sizeof(*t));
-	t->tree_no = tree_no;
+	amr_tree_descriptor_init(t, tree_no, NULL);
 	t->generation = generation;
-	t->root = AMR_INVALID_NODE;
-	t->null_root = AMR_INVALID_NODE;
-	t->tiering = true;
 }
 
 /*
@@ -172,28 +168,33 @@ amr_tree_free_storage(uint32 tree_no)
 	LWLockRelease(&amr_shared->directory_lock);
 }
 
-/*
- * Mirror the index's placement options into its tree record (persisted, for
- * the tier manager, which cannot read catalogs) and DRAM descriptor.  Runs
- * whenever a backend opens the tree, so ALTER INDEX ... SET takes effect at
- * the next use of the index.
- */
-void
-amr_tree_sync_options(Relation index, AmrTree *t)
+/* The index's placement options, parsed: budget kind and value, tiering. */
+static void
+parse_placement_options(Relation index, AmrBudgetKind *kind, double *value, bool *tiering)
 {
 	AmrOptions *o = (AmrOptions *) index->rd_options;
-	AmrBudgetKind kind = AMR_BUDGET_UNLIMITED;
-	double		value = 0;
-	bool		tiering = true;
+
+	*kind = AMR_BUDGET_UNLIMITED;
+	*value = 0;
+	*tiering = AMR_TIERING_DEFAULT;
+	if (o == NULL)
+		return;
+	if (o->pmem_budget_offset != 0 &&
+		amr_parse_budget((const char *) o + o->pmem_budget_offset, kind, value) != AMR_BUDGET_PARSE_OK)
+		*kind = AMR_BUDGET_UNLIMITED;	/* a value stored before it was refused */
+	*tiering = o->tiering;
+}
+
+/*
+ * Mirror the index's placement options into its tree record (persisted,
+ * for the tier manager, which cannot read catalogs) and DRAM descriptor, if
+ * they changed: ALTER INDEX ... SET takes effect at the next use.
+ */
+static void
+sync_placement(AmrTree *t, AmrBudgetKind kind, double value, bool tiering)
+{
 	AmrTreeRecord *rec = &amr_store.tree_records[t->tree_no];
 
-	if (o != NULL)
-	{
-		if (o->pmem_budget_offset != 0 &&
-			amr_parse_budget((const char *) o + o->pmem_budget_offset, &kind, &value) != AMR_BUDGET_PARSE_OK)
-			kind = AMR_BUDGET_UNLIMITED;
-		tiering = o->tiering;
-	}
 	if (rec->budget_kind != (uint32) kind || rec->budget_value != value ||
 		rec->tiering_off != (uint32) !tiering)
 	{
@@ -288,7 +289,14 @@ amr_tree_create(Relation index, bool unlogged)
 	amr_tree_reset_dram(t);
 	t->generation = rec->generation;
 	LWLockRelease(amr_tree_lock(t));
-	amr_tree_sync_options(index, t);
+	{
+		AmrBudgetKind kind;
+		double		value;
+		bool		tiering;
+
+		parse_placement_options(index, &kind, &value, &tiering);
+		sync_placement(t, kind, value, tiering);
+	}
 
 	/*
 	 * An older tree of the same storage -- an index rebuilt in place, in the
@@ -435,6 +443,8 @@ amr_tree_open_extended(Relation index, bool missing_ok)
 		cache = MemoryContextAlloc(index->rd_indexcxt, sizeof(AmrRelCache));
 		cache->tree_no = meta.tree_no;
 		cache->generation = meta.tree_generation;
+		parse_placement_options(index, &cache->budget_kind, &cache->budget_value,
+								&cache->tiering);
 		index->rd_amcache = cache;
 	}
 
@@ -447,7 +457,8 @@ amr_tree_open_extended(Relation index, bool missing_ok)
 			return NULL;
 		tree_missing(index, "The tree recorded in the metapage was dropped or belongs to other storage.");
 	}
-	amr_tree_sync_options(index, &amr_store.trees[cache->tree_no]);
+	sync_placement(&amr_store.trees[cache->tree_no], cache->budget_kind, cache->budget_value,
+				   cache->tiering);
 	return &amr_store.trees[cache->tree_no];
 }
 
@@ -646,7 +657,7 @@ apply_abort(SubTransactionId from_subid)
 		if (p->kind == PENDING_CREATED && tree_still_ours(p))
 			amr_tree_free_storage(p->tree_no);
 		else if (p->kind == PENDING_DROP_TREE && tree_still_ours(p))
-			__atomic_sub_fetch(&amr_store.trees[p->tree_no].drops_pending, 1, __ATOMIC_SEQ_CST);
+			amr_sync_sub(&amr_store.trees[p->tree_no].drops_pending, 1);
 		*link = p->next;
 	}
 }

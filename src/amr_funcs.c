@@ -180,19 +180,24 @@ close_inspected(List *indexes)
 static void
 corrupted(Relation index, const char *fmt,...) pg_attribute_printf(2, 3);
 
+/*
+ * Raise the ERROR of amrtree_check: the broken invariant, a full sentence,
+ * goes into the detail.
+ */
 static void
 corrupted(Relation index, const char *fmt,...)
 {
-	char		msg[1024];
+	char		detail[1024];
 	va_list		ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
 	va_end(ap);
 	ereport(ERROR,
 			(errcode(ERRCODE_INDEX_CORRUPTED),
-			 errmsg("amrtree index \"%s\" is broken: %s",
-					RelationGetRelationName(index), msg)));
+			 errmsg("amrtree index \"%s\" is corrupted", RelationGetRelationName(index)),
+			 errdetail_internal("%s", detail),
+			 errhint("REINDEX the index.")));
 }
 
 /*
@@ -225,7 +230,7 @@ check_allocators(Relation index)
 		if (used != amr_bitmap_test(s->leaf_ids_used, id))
 		{
 			LWLockRelease(&amr_shared->publish_lock);
-			corrupted(index, "leaf id %u is %s in the Leaf Table but %s in the leaf id bitmap",
+			corrupted(index, "Leaf id %u is %s in the Leaf Table but %s in the leaf id bitmap.",
 					  id, used ? "used" : "free", used ? "free" : "used");
 		}
 		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
@@ -235,7 +240,7 @@ check_allocators(Relation index)
 			if (slot >= s->pmem_nslots || slot_refs[slot])
 			{
 				LWLockRelease(&amr_shared->publish_lock);
-				corrupted(index, "PMEM slot %u is referenced by more than one leaf or is out of range (leaf %u)",
+				corrupted(index, "PMEM slot %u is referenced by more than one leaf or is out of range (leaf %u).",
 						  slot, id);
 			}
 			slot_refs[slot] = 1;
@@ -247,7 +252,7 @@ check_allocators(Relation index)
 			if (slot >= s->ssd_nslots || ssd_refs[slot])
 			{
 				LWLockRelease(&amr_shared->publish_lock);
-				corrupted(index, "SSD slot %u is referenced by more than one leaf or is out of range (leaf %u)",
+				corrupted(index, "SSD slot %u is referenced by more than one leaf or is out of range (leaf %u).",
 						  slot, id);
 			}
 			ssd_refs[slot] = 1;
@@ -263,7 +268,7 @@ check_allocators(Relation index)
 				rec->generation != e->tree_generation)
 			{
 				LWLockRelease(&amr_shared->publish_lock);
-				corrupted(index, "leaf %u belongs to tree %u generation %u, which no longer exists (a leaked leaf)",
+				corrupted(index, "Leaf %u belongs to tree %u generation %u, which no longer exists (a leaked leaf).",
 						  id, e->tree_no, e->tree_generation);
 			}
 			tier_counts[e->tree_no * 2 + (AMR_WORD_TIER(word) == AMR_TIER_SSD ? 1 : 0)]++;
@@ -274,7 +279,7 @@ check_allocators(Relation index)
 		if ((ssd_refs[id] != 0) != amr_bitmap_test(s->ssd_used, id))
 		{
 			LWLockRelease(&amr_shared->publish_lock);
-			corrupted(index, "SSD slot %u is %s by the Leaf Table but %s in the free-slot bitmap%s",
+			corrupted(index, "SSD slot %u is %s by the Leaf Table but %s in the free-slot bitmap%s.",
 					  id, ssd_refs[id] ? "referenced" : "not referenced",
 					  ssd_refs[id] ? "free" : "allocated",
 					  ssd_refs[id] ? "" : " (a leaked slot)");
@@ -290,7 +295,7 @@ check_allocators(Relation index)
 		if (t->pmem_leaves != tier_counts[tn * 2] || t->ssd_leaves != tier_counts[tn * 2 + 1])
 		{
 			LWLockRelease(&amr_shared->publish_lock);
-			corrupted(index, "tree %u counts %llu PMEM and %llu SSD leaves, the Leaf Table holds %llu and %llu",
+			corrupted(index, "Tree %u counts %llu PMEM and %llu SSD leaves, the Leaf Table holds %llu and %llu.",
 					  tn, (unsigned long long) t->pmem_leaves, (unsigned long long) t->ssd_leaves,
 					  (unsigned long long) tier_counts[tn * 2],
 					  (unsigned long long) tier_counts[tn * 2 + 1]);
@@ -301,20 +306,20 @@ check_allocators(Relation index)
 		if ((slot_refs[id] != 0) != amr_bitmap_test(s->pmem_used, id))
 		{
 			LWLockRelease(&amr_shared->publish_lock);
-			corrupted(index, "PMEM slot %u is %s by the Leaf Table but %s in the free-slot bitmap%s",
+			corrupted(index, "PMEM slot %u is %s by the Leaf Table but %s in the free-slot bitmap%s.",
 					  id, slot_refs[id] ? "referenced" : "not referenced",
 					  slot_refs[id] ? "free" : "allocated",
 					  slot_refs[id] ? "" : " (a leaked slot)");
 		}
 	}
 	for (tn = 0; tn < AMR_MAX_TREES; tn++)
-		nodes_in_trees += __atomic_load_n(&s->trees[tn].ninner, __ATOMIC_RELAXED);
+		nodes_in_trees += amr_counter_read(&s->trees[tn].ninner);
 	if (nodes_in_trees != amr_bitmap_count(s->nodes_used))
 	{
 		uint64		used = amr_bitmap_count(s->nodes_used);
 
 		LWLockRelease(&amr_shared->publish_lock);
-		corrupted(index, "%llu inner nodes are allocated but the trees hold %llu",
+		corrupted(index, "%llu inner nodes are allocated but the trees hold %llu.",
 				  (unsigned long long) used, (unsigned long long) nodes_in_trees);
 	}
 	LWLockRelease(&amr_shared->publish_lock);
@@ -346,7 +351,7 @@ check_orphan_trees(Relation index)
 		/* temporary trees are other backends' business, gone at restart */
 		if (rec->state != AMR_TREE_VALID || rec->db_oid != MyDatabaseId ||
 			(rec->flags & AMR_TREE_FLAG_TEMP) ||
-			__atomic_load_n(&s->trees[tn].drops_pending, __ATOMIC_SEQ_CST) > 0)
+			amr_sync_read(&s->trees[tn].drops_pending) > 0)
 			continue;
 		/* pg_class says 0 for the database's default tablespace */
 		spc = rec->spc_oid == MyDatabaseTableSpace ? InvalidOid : rec->spc_oid;
@@ -361,8 +366,8 @@ check_orphan_trees(Relation index)
 			found = OidIsValid(RelidByRelfilenode(spc, rec->relfilenode));
 		}
 		if (!found && rec->state == AMR_TREE_VALID && rec->generation == generation &&
-			__atomic_load_n(&s->trees[tn].drops_pending, __ATOMIC_SEQ_CST) == 0)
-			corrupted(index, "tree %u (relfilenode %u of this database) belongs to no index (a leaked tree)",
+			amr_sync_read(&s->trees[tn].drops_pending) == 0)
+			corrupted(index, "Tree %u (relfilenode %u of this database) belongs to no index (a leaked tree).",
 					  tn, rec->relfilenode);
 	}
 }
@@ -409,7 +414,7 @@ reread:
 			}
 			LWLockRelease(amr_leaf_lock(id));
 			if (AMR_WORD_SLOT(word) >= s->pmem_nslots)
-				corrupted(index, "leaf %u has Leaf Table word %016llx, which names no PMEM slot",
+				corrupted(index, "Leaf %u has Leaf Table word %016llx, which names no PMEM slot.",
 						  id, (unsigned long long) word);
 		}
 		else
@@ -417,7 +422,7 @@ reread:
 			uint32		slot = AMR_WORD_SLOT(word);
 
 			if (AMR_WORD_TIER(word) != AMR_TIER_SSD || slot >= s->ssd_nslots)
-				corrupted(index, "leaf %u has Leaf Table word %016llx, which names no slot",
+				corrupted(index, "Leaf %u has Leaf Table word %016llx, which names no slot.",
 						  id, (unsigned long long) word);
 			amr_ssd_read_images(index, &slot, &leaf, 1);
 			if (amr_lt_word(s, id) != word)
@@ -427,7 +432,7 @@ reread:
 				goto reread;
 			}
 			if (!amr_leaf_image_checksum_ok(leaf))
-				corrupted(index, "the image of leaf %u in SSD slot %u fails its checksum", id, slot);
+				corrupted(index, "The image of leaf %u in SSD slot %u fails its checksum.", id, slot);
 		}
 		nulls = (e->flags & AMR_LT_FLAG_NULLS) != 0;
 		mbr = amr_lt_mbr(s, id, word);
@@ -437,7 +442,7 @@ reread:
 			leaf->hdr.version != AMR_WORD_VERSION(word) ||
 			leaf->hdr.nentries > AMR_LEAF_CAPACITY ||
 			((leaf->hdr.flags & AMR_LEAF_FLAG_NULLS) != 0) != nulls)
-			corrupted(index, "the header of leaf %u (%s slot %u: magic 0x%08x, leaf %u, tree %u, version %u, %llu entries) does not match its Leaf Table entry (tree %u, version %u)",
+			corrupted(index, "The header of leaf %u (%s slot %u: magic 0x%08x, leaf %u, tree %u, version %u, %llu entries) does not match its Leaf Table entry (tree %u, version %u).",
 					  id, AMR_WORD_TIER(word) == AMR_TIER_SSD ? "SSD" : "PMEM",
 					  AMR_WORD_SLOT(word), leaf->hdr.magic, leaf->hdr.leaf_id,
 					  leaf->hdr.tree_no, leaf->hdr.version,
@@ -451,7 +456,7 @@ reread:
 			if (en->flags & AMR_ENTRY_FLAG_DEAD)
 				continue;
 			if (isnull != nulls)
-				corrupted(index, "entry %llu of leaf %u is %s but the leaf holds %s keys",
+				corrupted(index, "Entry %llu of leaf %u is %s but the leaf holds %s keys.",
 						  (unsigned long long) i, id, isnull ? "NULL" : "a box",
 						  nulls ? "NULL" : "box");
 			if (!isnull)
@@ -459,16 +464,16 @@ reread:
 				AmrFBox		b = amr_fbox_from_box(&en->key);
 
 				if (amr_box_has_nan(&en->key) != ((en->flags & AMR_ENTRY_FLAG_NAN) != 0))
-					corrupted(index, "entry %llu of leaf %u has a NaN flag that does not match its key",
+					corrupted(index, "Entry %llu of leaf %u has a NaN flag that does not match its key.",
 							  (unsigned long long) i, id);
 				if (!amr_fbox_covers(&mbr, &b))
-					corrupted(index, "entry %llu of leaf %u is not covered by the leaf's Leaf Table box",
+					corrupted(index, "Entry %llu of leaf %u is not covered by the leaf's Leaf Table box.",
 							  (unsigned long long) i, id);
 			}
 		}
 		live = amr_leaf_live_entries(leaf);
 		if (AMR_WORD_TIER(word) == AMR_TIER_SSD && live != e->entries)
-			corrupted(index, "SSD leaf %u holds %llu entries, its Leaf Table entry says %u",
+			corrupted(index, "SSD leaf %u holds %llu entries, its Leaf Table entry says %u.",
 					  id, (unsigned long long) live, e->entries);
 		entries += live;
 
@@ -482,15 +487,15 @@ reread:
 				memcmp(c->entries, leaf->entries, leaf->hdr.nentries * sizeof(AmrLeafEntry)) != 0)
 			{
 				LWLockRelease(amr_leaf_lock(id));
-				corrupted(index, "the DRAM copy of leaf %u differs from its persistent image", id);
+				corrupted(index, "The DRAM copy of leaf %u differs from its persistent image.", id);
 			}
 		}
 		LWLockRelease(amr_leaf_lock(id));
 	}
-	if (entries != __atomic_load_n(&t->nentries, __ATOMIC_RELAXED))
-		corrupted(index, "the leaves hold %llu entries but the tree counts %llu",
+	if (entries != amr_counter_read(&t->nentries))
+		corrupted(index, "The leaves hold %llu entries but the tree counts %llu.",
 				  (unsigned long long) entries,
-				  (unsigned long long) __atomic_load_n(&t->nentries, __ATOMIC_RELAXED));
+				  (unsigned long long) amr_counter_read(&t->nentries));
 }
 
 /*
@@ -532,7 +537,7 @@ amrtree_check(PG_FUNCTION_ARGS)
 		if (problem != NULL)
 		{
 			LWLockRelease(amr_tree_lock(t));
-			corrupted(index, "%s", problem);
+			corrupted(index, "%s.", problem);
 		}
 		check_leaves(index, t);
 		LWLockRelease(amr_tree_lock(t));
@@ -591,9 +596,9 @@ amrtree_index_stats(PG_FUNCTION_ARGS)
 		count_leaves(t, &pmem_leaves, &ssd_leaves);
 		LWLockAcquire(amr_tree_lock(t), LW_SHARED);
 		height = Max(height, (int32) t->height);
-		inner += __atomic_load_n(&t->ninner, __ATOMIC_RELAXED);
+		inner += amr_counter_read(&t->ninner);
 		LWLockRelease(amr_tree_lock(t));
-		entries += __atomic_load_n(&t->nentries, __ATOMIC_RELAXED);
+		entries += amr_counter_read(&t->nentries);
 	}
 	close_inspected(indexes);
 
@@ -895,13 +900,13 @@ amrtree_tier_stats(PG_FUNCTION_ARGS)
 	foreach(lc, indexes)
 	{
 		AmrTree    *t = amr_tree_open((Relation) lfirst(lc));
-		int64		dram = (int64) __atomic_load_n(&t->dram_leaves, __ATOMIC_RELAXED);
-		int64		pmem = (int64) __atomic_load_n(&t->pmem_leaves, __ATOMIC_RELAXED);
-		int64		ssd = (int64) __atomic_load_n(&t->ssd_leaves, __ATOMIC_RELAXED);
+		int64		dram = (int64) amr_counter_read(&t->dram_leaves);
+		int64		pmem = (int64) amr_counter_read(&t->pmem_leaves);
+		int64		ssd = (int64) amr_counter_read(&t->ssd_leaves);
 
 		/* DRAM: the inner nodes, and leaves held there by rule R6 */
 		leaves[0] += dram;
-		bytes[0] += (int64) __atomic_load_n(&t->ninner, __ATOMIC_RELAXED) * sizeof(AmrInnerNode) +
+		bytes[0] += (int64) amr_counter_read(&t->ninner) * sizeof(AmrInnerNode) +
 			dram * AMR_SLOT_SIZE;
 		leaves[1] += pmem;
 		bytes[1] += pmem * AMR_SLOT_SIZE;
@@ -958,13 +963,13 @@ amrtree_migration_stats(PG_FUNCTION_ARGS)
 		AmrTree    *t = amr_tree_open((Relation) lfirst(lc));
 
 		/* SSD leaves rewritten to PMEM by writes count as promotions too */
-		sums[0] += __atomic_load_n(&t->promotions, __ATOMIC_RELAXED) +
-			__atomic_load_n(&t->write_promotions, __ATOMIC_RELAXED);
-		sums[1] += __atomic_load_n(&t->demotions, __ATOMIC_RELAXED);
-		sums[2] += __atomic_load_n(&t->bytes_moved, __ATOMIC_RELAXED);
-		sums[3] += __atomic_load_n(&t->budget_demotions, __ATOMIC_RELAXED);
-		sums[4] += __atomic_load_n(&t->rule_demotions, __ATOMIC_RELAXED);
-		sums[5] += __atomic_load_n(&t->scans, __ATOMIC_RELAXED);
+		sums[0] += amr_counter_read(&t->promotions) +
+			amr_counter_read(&t->write_promotions);
+		sums[1] += amr_counter_read(&t->demotions);
+		sums[2] += amr_counter_read(&t->bytes_moved);
+		sums[3] += amr_counter_read(&t->budget_demotions);
+		sums[4] += amr_counter_read(&t->rule_demotions);
+		sums[5] += amr_counter_read(&t->scans);
 		last_scan = Max(last_scan, t->last_scan);
 	}
 	close_inspected(indexes);

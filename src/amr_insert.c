@@ -91,7 +91,7 @@ try_append(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 					amr_path_enlarge(s, &path, box);
 				}
 				amr_leaf_append(t, leaf_id, leaf, e, box, dead);
-				__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
+				amr_counter_add(&t->nentries, 1);
 				done = true;
 			}
 		}
@@ -152,7 +152,7 @@ add_first_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 			leaf_id = r.new_leaf;
 			START_CRIT_SECTION();
 			amr_leaf_first_commit(t, e, img, nulls, &r);
-			__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
+			amr_counter_add(&t->nentries, 1);
 			END_CRIT_SECTION();
 			done = true;
 		}
@@ -225,10 +225,10 @@ rewrite_with_entry(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls
 				old = amr_leaf_switch(t, leaf_id, r.tier_left, r.slot_left, &mbr, img, true);
 				AMR_FAULT_POINT("rewrite:after_switch");
 				r.slot_left = AMR_INVALID_SLOT;
-				__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
+				amr_counter_add(&t->nentries, 1);
 				END_CRIT_SECTION();
 				if (r.tier_left == AMR_TIER_PMEM && AMR_WORD_TIER(old) == AMR_TIER_SSD)
-					__atomic_add_fetch(&t->write_promotions, 1, __ATOMIC_RELAXED);
+					amr_counter_add(&t->write_promotions, 1);
 				done = true;
 			}
 			LWLockRelease(amr_leaf_lock(leaf_id));
@@ -336,7 +336,7 @@ split_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 					START_CRIT_SECTION();
 					amr_leaf_split_commit(t, leaf_id, word, &path, nulls, &r, left, right,
 										  &lbox, &rbox);
-					__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
+					amr_counter_add(&t->nentries, 1);
 					END_CRIT_SECTION();
 					nchanged = split_moves_locks(index, &path, leaf_id, right->hdr.leaf_id,
 												 &r.splits, nwidened, changed);

@@ -89,14 +89,14 @@ amr_tree_budget_leaves(const AmrTree *t, uint64 extra_leaves)
 	if (!t->tiering || amr_store.ssd_used == NULL)
 		return UINT64_MAX;
 	return amr_budget_leaves((AmrBudgetKind) t->budget_kind, t->budget_value,
-							 __atomic_load_n(&t->nleaves, __ATOMIC_RELAXED) + extra_leaves);
+							 amr_counter_read(&t->nleaves) + extra_leaves);
 }
 
 uint32
 amr_tree_new_image_tier(const AmrTree *t, int new_pmem, int new_leaves)
 {
 	return amr_new_image_tier(amr_tree_budget_leaves(t, (uint64) new_leaves),
-							  __atomic_load_n(&t->pmem_leaves, __ATOMIC_RELAXED), new_pmem,
+							  amr_counter_read(&t->pmem_leaves), new_pmem,
 							  amr_budget_on_insert == AMR_BUDGET_INSERT_STRICT);
 }
 
@@ -504,7 +504,7 @@ amr_leaf_hold(AmrTree *t, uint32 leaf_id, const AmrLeaf *image)
 		return false;
 	memcpy(&amr_leaf_cache[c], image, amr_leaf_image_bytes(image));
 	v->cache_slot = (int32) c;
-	__atomic_add_fetch(&t->dram_leaves, 1, __ATOMIC_RELAXED);
+	amr_counter_add(&t->dram_leaves, 1);
 	return true;
 }
 
@@ -517,7 +517,7 @@ amr_leaf_unhold(AmrTree *t, uint32 leaf_id)
 		return;
 	amr_bitmap_clear(amr_leaf_cache_used, (uint64) v->cache_slot);
 	v->cache_slot = -1;
-	__atomic_sub_fetch(&t->dram_leaves, 1, __ATOMIC_RELAXED);
+	amr_counter_sub(&t->dram_leaves, 1);
 }
 
 void
@@ -542,7 +542,7 @@ amr_leaf_count_access(uint32 leaf_id, bool write)
 	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
 
 	if (write)
-		__atomic_add_fetch(&v->writes_pending, 1, __ATOMIC_RELAXED);
+		amr_counter_add(&v->writes_pending, 1);
 	else
-		__atomic_add_fetch(&v->reads_pending, 1, __ATOMIC_RELAXED);
+		amr_counter_add(&v->reads_pending, 1);
 }

@@ -53,8 +53,8 @@ amr_pin_leaf(AmrTree *t, uint32 leaf_id)
 	local_pins[n_local_pins].leaf_id = leaf_id;
 	local_pins[n_local_pins].subid = GetCurrentSubTransactionId();
 	n_local_pins++;
-	__atomic_add_fetch(&amr_store.leaves[leaf_id].pins, 1, __ATOMIC_SEQ_CST);
-	__atomic_add_fetch(&t->pinned, 1, __ATOMIC_SEQ_CST);
+	amr_sync_add(&amr_store.leaves[leaf_id].pins, 1);
+	amr_sync_add(&t->pinned, 1);
 }
 
 static void
@@ -62,8 +62,8 @@ drop_pin(int i)
 {
 	LocalPin	p = local_pins[i];
 
-	__atomic_sub_fetch(&amr_store.leaves[p.leaf_id].pins, 1, __ATOMIC_SEQ_CST);
-	__atomic_sub_fetch(&amr_store.trees[p.tree_no].pinned, 1, __ATOMIC_SEQ_CST);
+	amr_sync_sub(&amr_store.leaves[p.leaf_id].pins, 1);
+	amr_sync_sub(&amr_store.trees[p.tree_no].pinned, 1);
 	local_pins[i] = local_pins[--n_local_pins];
 }
 
@@ -102,7 +102,7 @@ release_pins(SubTransactionId subid)
 void
 amr_wait_for_unpin(AmrTree *t, uint32 leaf_id)
 {
-	while (__atomic_load_n(&amr_store.leaves[leaf_id].pins, __ATOMIC_SEQ_CST) > 0)
+	while (amr_sync_read(&amr_store.leaves[leaf_id].pins) > 0)
 	{
 		CHECK_FOR_INTERRUPTS();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

@@ -21,7 +21,7 @@
  *	   the slot and leaf-id bitmaps are rebuilt from the surviving words,
  *	   so a slot that no word references is free again;
  *	3. after a crash, prunes every entry whose WAL insert position lies
- *	   beyond the end of the replayed WAL (DESIGN 5, docs/design.md "No
+ *	   beyond the end of the replayed WAL (docs/design.md, "No
  *	   phantom rows");
  *	4. bulk-loads every tree's inner nodes from the Leaf Table boxes (STR),
  *	   without reading a single leaf.
@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "access/transam.h"
+#include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "access/xlogreader.h"
 #include "access/xlogrecovery.h"
@@ -345,75 +346,55 @@ prune_beyond(XLogRecPtr horizon, const uint8 *keep)
 	return pruned;
 }
 
-void
-amr_reconcile(void)
+/* What one reconciliation did, for its log line. */
+typedef struct ReconcileCounts
+{
+	uint32		dropped_leaves;
+	uint32		discarded_splits;
+	uint32		live_leaves;
+	uint32		orphans;
+	uint32		stale;
+	uint32		temporary;
+	uint64		pruned;
+} ReconcileCounts;
+
+/* Step 0: start from nothing, for this may be a retry after an ERROR. */
+static void
+reset_volatile_state(void)
 {
 	AmrStore   *s = &amr_store;
-	uint32		cap = s->lt_capacity;
-	uint32	   *per_tree;
-	uint32	   *start;
-	AmrPackItem *items;
-	AmrPackItem *scratch;
-	uint32	   *node_ids;
-	uint8	   *keep;
 	uint32		id;
 	uint32		tn;
-	uint32		dropped_leaves = 0;
-	uint32		discarded_splits = 0;
-	uint32		live_leaves = 0;
-	uint32		orphans = 0;
-	uint32		stale = 0;
-	uint32		temporary = 0;
-	uint64		pruned = 0;
-	AmrPoolHeader *hdr = s->header;
-	bool		history_reset = hdr->history_reset != 0;
-	XLogRecPtr	horizon = InvalidXLogRecPtr;
-	/* every unclean start records a horizon (amr_note_unclean_start) */
-	bool		after_crash = hdr->prune_horizon != 0;
-	MemoryContext cxt;
-	MemoryContext old;
 
-	if (AMR_FAULT_ACTIVE("reconcile:fail"))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("amrtree: reconciliation refused by amrtree.fault_injection")));
-
-	cxt = AllocSetContextCreate(CurrentMemoryContext, "amrtree reconcile",
-								ALLOCSET_DEFAULT_SIZES);
-	old = MemoryContextSwitchTo(cxt);
-
-	/* start from nothing: this may be a retry after an ERROR */
 	amr_bitmap_init(s->pmem_used, s->pmem_nslots);
 	if (s->ssd_used)
 		amr_bitmap_init(s->ssd_used, s->ssd_nslots);
-	amr_bitmap_init(s->leaf_ids_used, cap);
+	amr_bitmap_init(s->leaf_ids_used, s->lt_capacity);
 	amr_bitmap_init(s->nodes_used, s->nnodes);
 	amr_bitmap_init(amr_leaf_cache_used, amr_leaf_cache_n);
-	for (id = 0; id < cap; id++)
+	for (id = 0; id < s->lt_capacity; id++)
 		amr_leaf_volatile_reset(&s->leaves[id]);
+	for (tn = 0; tn < AMR_MAX_TREES; tn++)
+		amr_tree_descriptor_init(&s->trees[tn], tn, &s->tree_records[tn]);
+}
 
-	/* 1. tree records */
+/*
+ * Step 1: every tree record gets its final state: BUILDING resolves by its
+ * creator's fate; a reset history, a temporary table or a vanished index
+ * drops the tree.
+ */
+static void
+resolve_tree_records(bool history_reset, ReconcileCounts *c)
+{
+	uint32		tn;
+
 	for (tn = 0; tn < AMR_MAX_TREES; tn++)
 	{
-		AmrTreeRecord *rec = &s->tree_records[tn];
-		AmrTree    *t = &s->trees[tn];
-
-		memset(t, 0, sizeof(*t));
-		t->tree_no = tn;
-		t->root = AMR_INVALID_NODE;
-		t->null_root = AMR_INVALID_NODE;
-		t->generation = rec->generation;
-		t->budget_kind = rec->budget_kind;
-		t->budget_value = rec->budget_value;
-		t->tiering = !rec->tiering_off;
+		AmrTreeRecord *rec = &amr_store.tree_records[tn];
 
 		if (rec->state == AMR_TREE_BUILDING)
-		{
-			if (creator_committed((TransactionId) rec->create_xid))
-				persist_state(rec, AMR_TREE_VALID);
-			else
-				persist_state(rec, AMR_TREE_DROPPED);
-		}
+			persist_state(rec, creator_committed((TransactionId) rec->create_xid) ?
+						  AMR_TREE_VALID : AMR_TREE_DROPPED);
 		else if (rec->state != AMR_TREE_FREE && rec->state != AMR_TREE_VALID &&
 				 rec->state != AMR_TREE_DROPPED)
 		{
@@ -424,47 +405,57 @@ amr_reconcile(void)
 			persist_state(rec, AMR_TREE_DROPPED);
 		}
 
-		if (rec->state == AMR_TREE_VALID && history_reset)
+		if (rec->state != AMR_TREE_VALID)
+			continue;
+		if (history_reset)
 		{
 			persist_state(rec, AMR_TREE_DROPPED);
-			stale++;
+			c->stale++;
 		}
-		else if (rec->state == AMR_TREE_VALID && (rec->flags & AMR_TREE_FLAG_TEMP))
+		else if (rec->flags & AMR_TREE_FLAG_TEMP)
 		{
 			/* no temporary relation outlives the backends of a server life */
 			persist_state(rec, AMR_TREE_DROPPED);
-			temporary++;
+			c->temporary++;
 		}
-		else if (rec->state == AMR_TREE_VALID && tree_owner_gone(rec, tn))
+		else if (tree_owner_gone(rec, tn))
 		{
 			persist_state(rec, AMR_TREE_DROPPED);
-			orphans++;
+			c->orphans++;
 		}
 	}
-	if (stale > 0)
+	if (c->stale > 0)
 		ereport(LOG,
 				(errmsg("amrtree: dropped the trees of %u indexes: this data directory was restored or was a standby, so the PMEM pool does not match it",
-						stale),
+						c->stale),
 				 errhint("REINDEX every amrtree index; until then using one raises an error.")));
-	if (orphans > 0)
+	if (c->orphans > 0)
 		ereport(LOG,
 				(errmsg("amrtree: reclaiming the trees of %u indexes that no longer exist",
-						orphans)));
-	if (temporary > 0)
+						c->orphans)));
+	if (c->temporary > 0)
 		ereport(LOG,
 				(errmsg("amrtree: reclaiming the trees of %u indexes of temporary tables",
-						temporary)));
+						c->temporary)));
+}
 
-	/* the WAL position entries are pruned to, if a crash preceded us */
-	if (hdr->prune_horizon != 0)
-		horizon = (XLogRecPtr) (hdr->prune_horizon & ~AMR_HORIZON_PROVISIONAL);
-	AMR_FAULT_POINT("reconcile:after_prune_horizon");
+/*
+ * Step 2a: for every used Leaf Table entry, whether it survives: its tree
+ * is live and of its generation, it is not an unlogged tree's after a
+ * crash, it is not the half of a split whose origin never switched, and its
+ * slot is in range and not taken twice (the slot bitmaps are rebuilt from
+ * the survivors here).  Decided before anything is released: releasing
+ * bumps a version, which must not make a half-published split look
+ * complete.  Returns keep[], one byte per leaf id.
+ */
+static uint8 *
+decide_leaves(bool after_crash, ReconcileCounts *c)
+{
+	AmrStore   *s = &amr_store;
+	uint32		cap = s->lt_capacity;
+	uint8	   *keep = palloc_extended(cap + 1, MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+	uint32		id;
 
-	/*
-	 * 2. the Leaf Table.  Decide first, release afterwards: releasing bumps
-	 * a version, which must not make a half-published split look complete.
-	 */
-	keep = palloc_extended(cap + 1, MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
 	for (id = 0; id < cap; id++)
 	{
 		AmrLeafTableEntry *e = &s->lt[id];
@@ -487,7 +478,7 @@ amr_reconcile(void)
 				  AMR_WORD_VERSION(amr_lt_word(s, e->split_origin)) <= e->split_origin_version))
 		{
 			keep[id] = 0;
-			discarded_splits++;
+			c->discarded_splits++;
 		}
 		else
 		{
@@ -512,93 +503,123 @@ amr_reconcile(void)
 			}
 		}
 	}
-	per_tree = palloc0(sizeof(uint32) * (AMR_MAX_TREES * 2 + 1));
-	for (id = 0; id < cap; id++)
-	{
-		AmrLeafTableEntry *e = &s->lt[id];
+	return keep;
+}
 
+/*
+ * Step 2b: release what does not survive (the slot bitmaps already leave
+ * their slots free) and mark the surviving leaf ids used.  This works on the
+ * Leaf Table directly, before the DRAM tier exists: it is the one place that
+ * does not go through the leaf store.
+ */
+static void
+release_dropped_leaves(const uint8 *keep, ReconcileCounts *c)
+{
+	AmrStore   *s = &amr_store;
+	uint32		id;
+
+	for (id = 0; id < s->lt_capacity; id++)
+	{
 		if (AMR_WORD_TIER(amr_lt_word(s, id)) == AMR_TIER_NONE)
 			continue;
 		if (!keep[id])
 		{
 			amr_lt_release(s, id);
-			dropped_leaves++;
+			c->dropped_leaves++;
 			continue;
 		}
 		amr_bitmap_set(s->leaf_ids_used, id);
-		per_tree[e->tree_no * 2 + ((e->flags & AMR_LT_FLAG_NULLS) ? 1 : 0)]++;
-		live_leaves++;
+		c->live_leaves++;
 	}
+}
 
-	AMR_FAULT_POINT("reconcile:after_release");
+/* Counts that rebuild_trees recomputes (the leaf store kept them moving). */
+static void
+reset_tree_counts(void)
+{
+	uint32		tn;
 
-	/* 3. entries whose heap insert may not have survived the crash */
-	if (hdr->prune_horizon != 0)
-	{
-		if (!XLogRecPtrIsInvalid(horizon))
-			pruned = prune_beyond(horizon, keep);
-		AMR_FAULT_POINT("reconcile:after_prune");
-		persist_header_u64(&hdr->prune_horizon, 0);
-	}
-
-	/* releases above moved the tier counters: recount from scratch below */
 	for (tn = 0; tn < AMR_MAX_TREES; tn++)
 	{
-		s->trees[tn].pmem_leaves = 0;
-		s->trees[tn].ssd_leaves = 0;
+		amr_store.trees[tn].pmem_leaves = 0;
+		amr_store.trees[tn].ssd_leaves = 0;
+		amr_store.trees[tn].nleaves = 0;
+		amr_store.trees[tn].nentries = 0;
 	}
+}
 
-	/* finish drops: every leaf of a dropped tree was released above */
+/* Step 4: dropped trees lost their last leaf in step 2b: free their records. */
+static void
+finish_drops(bool history_reset)
+{
+	uint32		tn;
+
 	for (tn = 0; tn < AMR_MAX_TREES; tn++)
-		if (s->tree_records[tn].state == AMR_TREE_DROPPED)
-			persist_state(&s->tree_records[tn], AMR_TREE_FREE);
+		if (amr_store.tree_records[tn].state == AMR_TREE_DROPPED)
+			persist_state(&amr_store.tree_records[tn], AMR_TREE_FREE);
 	if (history_reset)
-		persist_header_u64(&hdr->history_reset, 0);
+		persist_header_u64(&amr_store.header->history_reset, 0);
+}
+
+/*
+ * Step 5: count every tree's leaves and entries per tier, and bulk-load its
+ * inner nodes (STR) from the Leaf Table boxes, without reading a single SSD
+ * leaf (their entry counts are in the Leaf Table: SSD images are immutable).
+ */
+static void
+rebuild_trees(uint32 live_leaves)
+{
+	AmrStore   *s = &amr_store;
+	uint32	   *next = palloc0(sizeof(uint32) * (AMR_MAX_TREES * 2 + 1));
+	uint32	   *start = palloc0(sizeof(uint32) * (AMR_MAX_TREES * 2 + 1));
+	AmrPackItem *items = palloc_extended(sizeof(AmrPackItem) * ((Size) live_leaves + 1), MCXT_ALLOC_HUGE);
+	AmrPackItem *scratch = palloc_extended(sizeof(AmrPackItem) * ((Size) live_leaves + 1), MCXT_ALLOC_HUGE);
+	uint32	   *node_ids;
+	uint32		id;
+	uint32		tn;
 
 	/* group leaves by (tree, side) with a counting sort */
-	start = palloc0(sizeof(uint32) * (AMR_MAX_TREES * 2 + 1));
+	for (id = 0; id < s->lt_capacity; id++)
+		if (AMR_WORD_TIER(amr_lt_word(s, id)) != AMR_TIER_NONE)
+			start[s->lt[id].tree_no * 2 + ((s->lt[id].flags & AMR_LT_FLAG_NULLS) ? 1 : 0) + 1]++;
 	for (tn = 1; tn <= AMR_MAX_TREES * 2; tn++)
-		start[tn] = start[tn - 1] + per_tree[tn - 1];
-	items = palloc_extended(sizeof(AmrPackItem) * ((Size) live_leaves + 1), MCXT_ALLOC_HUGE);
-	scratch = palloc_extended(sizeof(AmrPackItem) * ((Size) live_leaves + 1), MCXT_ALLOC_HUGE);
-	memcpy(per_tree, start, sizeof(uint32) * AMR_MAX_TREES * 2);
-	for (id = 0; id < cap; id++)
+		start[tn] += start[tn - 1];
+	memcpy(next, start, sizeof(uint32) * AMR_MAX_TREES * 2);
+	for (id = 0; id < s->lt_capacity; id++)
 	{
 		AmrLeafTableEntry *e = &s->lt[id];
 		uint64		word = amr_lt_word(s, id);
+		AmrTree    *t = &s->trees[e->tree_no];
 		uint32		bucket;
-		AmrLeaf    *leaf;
 
 		if (AMR_WORD_TIER(word) == AMR_TIER_NONE)
 			continue;
 		bucket = e->tree_no * 2 + ((e->flags & AMR_LT_FLAG_NULLS) ? 1 : 0);
-		items[per_tree[bucket]].box = amr_lt_mbr(s, id, word);
-		items[per_tree[bucket]].ref = id;
-		per_tree[bucket]++;
+		items[next[bucket]].box = amr_lt_mbr(s, id, word);
+		items[next[bucket]].ref = id;
+		next[bucket]++;
 
 		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 		{
-			leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
+			AmrLeaf    *leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
+
 			if (leaf->hdr.magic == AMR_LEAF_MAGIC && leaf->hdr.nentries <= AMR_LEAF_CAPACITY)
-				s->trees[e->tree_no].nentries += amr_leaf_live_entries(leaf);
-			s->trees[e->tree_no].pmem_leaves++;
+				t->nentries += amr_leaf_live_entries(leaf);
+			t->pmem_leaves++;
 		}
 		else
 		{
-			/* SSD images are immutable: their count was recorded at publication */
-			s->trees[e->tree_no].nentries += e->entries;
-			s->trees[e->tree_no].ssd_leaves++;
+			t->nentries += e->entries;
+			t->ssd_leaves++;
 		}
-		s->trees[e->tree_no].nleaves++;
+		t->nleaves++;
 	}
 
-	/* 4. inner nodes */
 	node_ids = palloc_extended(sizeof(uint32) *
 							   (amr_build_levels_nodes_needed(live_leaves, AMR_REBUILD_INNER_FILL) + 2),
 							   MCXT_ALLOC_HUGE);
 	for (tn = 0; tn < AMR_MAX_TREES; tn++)
 	{
-		AmrTree    *t = &s->trees[tn];
 		int			side;
 
 		if (s->tree_records[tn].state != AMR_TREE_VALID)
@@ -606,11 +627,11 @@ amr_reconcile(void)
 		for (side = 0; side < 2; side++)
 		{
 			uint32		b = tn * 2 + side;
-			uint32		n = start[b + 1] - start[b];
 			AmrStatus	st;
 
-			st = amr_build_levels(s, t, side == 1, items + start[b], n,
-								  AMR_REBUILD_INNER_FILL, scratch, node_ids);
+			st = amr_build_levels(s, &s->trees[tn], side == 1, items + start[b],
+								  start[b + 1] - start[b], AMR_REBUILD_INNER_FILL,
+								  scratch, node_ids);
 			if (st != AMR_OK)
 				ereport(ERROR,
 						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
@@ -620,15 +641,100 @@ amr_reconcile(void)
 						 errhint("Raise amrtree.dram_size and restart the server.")));
 		}
 	}
+}
+
+void
+amr_reconcile(void)
+{
+	AmrPoolHeader *hdr = amr_store.header;
+	bool		history_reset = hdr->history_reset != 0;
+	/* every unclean start records a horizon (amr_note_unclean_start) */
+	bool		after_crash = hdr->prune_horizon != 0;
+	XLogRecPtr	horizon = InvalidXLogRecPtr;
+	ReconcileCounts c = {0};
+	MemoryContext cxt;
+	MemoryContext old;
+	uint8	   *keep;
+
+	if (AMR_FAULT_ACTIVE("reconcile:fail"))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("amrtree reconciliation refused by amrtree.fault_injection")));
+
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "amrtree reconcile",
+								ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+
+	reset_volatile_state();
+	resolve_tree_records(history_reset, &c);
+
+	/* the WAL position entries are pruned to, if a crash preceded us */
+	if (after_crash)
+		horizon = (XLogRecPtr) (hdr->prune_horizon & ~AMR_HORIZON_PROVISIONAL);
+	AMR_FAULT_POINT("reconcile:after_prune_horizon");
+
+	keep = decide_leaves(after_crash, &c);
+	release_dropped_leaves(keep, &c);
+	AMR_FAULT_POINT("reconcile:after_release");
+
+	/* step 3: entries whose heap insert may not have survived the crash */
+	if (after_crash)
+	{
+		if (!XLogRecPtrIsInvalid(horizon))
+			c.pruned = prune_beyond(horizon, keep);
+		AMR_FAULT_POINT("reconcile:after_prune");
+		persist_header_u64(&hdr->prune_horizon, 0);
+	}
+
+	finish_drops(history_reset);
+	/* releases and rewrites above moved the tier counts: count afresh */
+	reset_tree_counts();
+	rebuild_trees(c.live_leaves);
 
 	pg_atomic_fetch_add_u64(&amr_shared->rebuilds, 1);
 	ereport(LOG,
 			(errmsg("amrtree: rebuilt inner nodes from the Leaf Table: %u leaves live, %u released, %u half-published splits discarded",
-					live_leaves, dropped_leaves, discarded_splits),
+					c.live_leaves, c.dropped_leaves, c.discarded_splits),
 			 !XLogRecPtrIsInvalid(horizon) ?
 			 errdetail("After the crash, " UINT64_FORMAT " entries inserted beyond the end of the replayed WAL (%X/%X) were dropped.",
-					   pruned, LSN_FORMAT_ARGS(horizon)) : 0));
+					   c.pruned, LSN_FORMAT_ARGS(horizon)) : 0));
 
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
 }
+
+/*
+ * Everything that touches an index starts here: errors out (with the
+ * reason) when amrtree was not preloaded, the pool could not be opened, or
+ * the server is a hot standby; on first use after a (re)start it
+ * reconciles the pool and rebuilds the inner nodes (amr_reconcile), once,
+ * under the attach lock.
+ */
+void
+amr_require_ready(void)
+{
+	if (!amr_preloaded || amr_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("amrtree must be loaded via shared_preload_libraries"),
+				 errhint("Add amrtree to shared_preload_libraries in postgresql.conf and restart the server.")));
+	if (!amr_pool_ready())
+		amr_pool_report_unusable();
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("amrtree indexes cannot be used during recovery"),
+				 errdetail("amrtree leaves live outside the WAL, so a hot standby has none."),
+				 errhint("Run the query on the primary; after promoting this server, REINDEX its amrtree indexes.")));
+
+	if (pg_atomic_read_u32(&amr_shared->attached) != 0)
+		return;
+	LWLockAcquire(&amr_shared->attach_lock, LW_EXCLUSIVE);
+	if (pg_atomic_read_u32(&amr_shared->attached) == 0)
+	{
+		amr_reconcile();
+		pg_atomic_write_u32(&amr_shared->attached, 1);
+	}
+	LWLockRelease(&amr_shared->attach_lock);
+}
+

@@ -151,7 +151,7 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 			continue;
 		}
 		if (sk->sk_strategy < 1 || sk->sk_strategy > AMR_NUM_STRATEGIES)
-			elog(ERROR, "amrtree: unrecognized strategy number %d", sk->sk_strategy);
+			elog(ERROR, "unrecognized strategy number %d for amrtree", sk->sk_strategy);
 		q = DatumGetBoxP(sk->sk_argument);
 		k = &so->keys[so->nkeys];
 		k->strategy = sk->sk_strategy;
@@ -226,7 +226,7 @@ start_scan(IndexScanDesc scan)
 		LWLockRelease(amr_tree_lock(t));
 		check_tree_unchanged(scan);
 	}
-	so->start_nsn = __atomic_load_n(&t->nsn, __ATOMIC_SEQ_CST);
+	so->start_nsn = amr_sync_read(&t->nsn);
 	if (so->want_box_side)
 		amr_collect_leaves(&amr_store, t, false, so->keys, so->nkeys, &so->cand,
 						   so->predicate_locks ? lock_node_for_read : NULL, scan,

@@ -117,7 +117,7 @@ hinted_slot(uint32 leaf_id, uint32 *slot_no)
 
 	if (!cache_enabled())
 		return NULL;
-	hint = __atomic_load_n(&amr_store.leaves[leaf_id].ssd_cache_hint, __ATOMIC_RELAXED);
+	hint = amr_counter_read(&amr_store.leaves[leaf_id].ssd_cache_hint);
 	if (hint == 0 || hint > cache_ctl->nslots)
 		return NULL;
 	*slot_no = hint - 1;
@@ -229,7 +229,7 @@ amr_ssd_cache_put(const AmrTree *t, uint32 leaf_id, uint64 word, const AmrLeaf *
 		}
 		pg_atomic_write_u32(&cs->referenced, 1);
 		pg_atomic_fetch_add_u32(&cs->seq, 1);	/* full barrier, then even */
-		__atomic_store_n(&v->ssd_cache_hint, i + 1, __ATOMIC_RELAXED);
+		amr_counter_set(&v->ssd_cache_hint, i + 1);
 		pg_atomic_fetch_add_u64(&cache_ctl->fills, 1);
 		return;
 	}

@@ -92,8 +92,7 @@ tier_trylock(AmrTree *t)
 		before_shmem_exit(release_tier_on_exit, (Datum) 0);
 		exit_callback_registered = true;
 	}
-	if (!__atomic_compare_exchange_n(&t->tier_busy, &expected, (uint32) MyProcPid,
-									 false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+	if (!amr_flag_try_take(&t->tier_busy, &expected, (uint32) MyProcPid))
 		return false;
 	held_tier_tree = t;
 	return true;
@@ -115,7 +114,7 @@ amr_tier_unlock(void)
 {
 	if (held_tier_tree != NULL)
 	{
-		__atomic_store_n(&held_tier_tree->tier_busy, 0, __ATOMIC_RELEASE);
+		amr_flag_release(&held_tier_tree->tier_busy);
 		held_tier_tree = NULL;
 		ConditionVariableBroadcast(&amr_shared->tier_cv);
 	}
@@ -451,16 +450,16 @@ tree_cycle(AmrTree *t, TreeCands *tc, AmrLeaf *buf)
 					if (!done[j])
 						continue;
 					moved++;
-					__atomic_add_fetch(&t->bytes_moved, AMR_SLOT_SIZE, __ATOMIC_RELAXED);
+					amr_counter_add(&t->bytes_moved, AMR_SLOT_SIZE);
 					if (promote)
-						__atomic_add_fetch(&t->promotions, 1, __ATOMIC_RELAXED);
+						amr_counter_add(&t->promotions, 1);
 					else
 					{
-						__atomic_add_fetch(&t->demotions, 1, __ATOMIC_RELAXED);
+						amr_counter_add(&t->demotions, 1);
 						if (kinds[j] == AMR_MOVE_DEMOTE_BUDGET)
-							__atomic_add_fetch(&t->budget_demotions, 1, __ATOMIC_RELAXED);
+							amr_counter_add(&t->budget_demotions, 1);
 						else
-							__atomic_add_fetch(&t->rule_demotions, 1, __ATOMIC_RELAXED);
+							amr_counter_add(&t->rule_demotions, 1);
 					}
 				}
 				n = 0;
@@ -468,7 +467,7 @@ tree_cycle(AmrTree *t, TreeCands *tc, AmrLeaf *buf)
 		}
 	}
 	pfree(moves);
-	__atomic_add_fetch(&t->scans, 1, __ATOMIC_RELAXED);
+	amr_counter_add(&t->scans, 1);
 	t->last_scan = amr_now_seconds();
 	return moved;
 }
@@ -476,8 +475,8 @@ tree_cycle(AmrTree *t, TreeCands *tc, AmrLeaf *buf)
 static void
 alloc_cands(TreeCands *tc, AmrTree *t)
 {
-	size_t		n = (size_t) (__atomic_load_n(&t->pmem_leaves, __ATOMIC_RELAXED) +
-							  __atomic_load_n(&t->ssd_leaves, __ATOMIC_RELAXED)) + 64;
+	size_t		n = (size_t) (amr_counter_read(&t->pmem_leaves) +
+							  amr_counter_read(&t->ssd_leaves)) + 64;
 
 	/* leaves may be added while we gather: leave some room, and bound it */
 	n = Min(n * 2, (size_t) amr_store.lt_capacity + 1);

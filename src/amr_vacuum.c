@@ -41,7 +41,7 @@ static void
 collect_all_leaves(AmrTree *t, AmrLeafList *list, uint64 *start_nsn)
 {
 	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
-	*start_nsn = __atomic_load_n(&t->nsn, __ATOMIC_SEQ_CST);
+	*start_nsn = amr_sync_read(&t->nsn);
 	amr_collect_leaves(&amr_store, t, false, NULL, 0, list, NULL, NULL, vacuum_realloc, NULL);
 	amr_collect_leaves(&amr_store, t, true, NULL, 0, list, NULL, NULL, vacuum_realloc, NULL);
 	LWLockRelease(amr_tree_lock(t));
@@ -131,7 +131,7 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
 			amr_leaf_refresh_copy(leaf_id, leaf);
 	}
 	if (removed > 0)
-		__atomic_sub_fetch(&t->nentries, removed, __ATOMIC_RELAXED);
+		amr_counter_sub(&t->nentries, removed);
 	LWLockRelease(amr_leaf_lock(leaf_id));
 	LWLockRelease(amr_tree_lock(t));
 	LWLockRelease(&amr_shared->publish_lock);
@@ -190,7 +190,7 @@ vacuum_ssd_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 		{
 			(void) amr_leaf_switch(t, leaf_id, tier, slot, &mbr, img, false);
 			AMR_FAULT_POINT("vacuum:after_switch");
-			__atomic_sub_fetch(&t->nentries, removed, __ATOMIC_RELAXED);
+			amr_counter_sub(&t->nentries, removed);
 			done = true;
 		}
 		LWLockRelease(amr_leaf_lock(leaf_id));
@@ -285,7 +285,7 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 											  callback, callback_state, &kept);
 				if (kept == UINT64_MAX)
 					continue;	/* the leaf moved or changed: look again */
-				if (removed > 0 && __atomic_load_n(&t->pinned, __ATOMIC_SEQ_CST) > 0)
+				if (removed > 0 && amr_sync_read(&t->pinned) > 0)
 					amr_wait_for_unpin(t, leaf_id);
 			}
 			visited++;
@@ -316,8 +316,8 @@ amrvacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats)
 	{
 		/* no bulk delete ran: report what the tree holds */
 		stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
-		stats->num_index_tuples = (double) __atomic_load_n(&t->nentries, __ATOMIC_RELAXED);
-		stats->num_pages = (BlockNumber) __atomic_load_n(&t->nleaves, __ATOMIC_RELAXED) + 1;
+		stats->num_index_tuples = (double) amr_counter_read(&t->nentries);
+		stats->num_pages = (BlockNumber) amr_counter_read(&t->nleaves) + 1;
 		stats->estimated_count = false;
 	}
 	return stats;

@@ -127,8 +127,8 @@ typedef enum AmrBudgetParse
 	AMR_BUDGET_PARSE_RANGE
 } AmrBudgetParse;
 
+/* Parse a pmem_budget value into its kind and value (fraction or bytes). */
 extern AmrBudgetParse amr_parse_budget(const char *s, AmrBudgetKind *kind, double *value);
-extern void amr_tree_sync_options(Relation index, AmrTree *t);
 
 /* ---- shared state (amr_shmem.c) ---- */
 
@@ -177,9 +177,54 @@ extern void amr_ssd_cache_put(const AmrTree *t, uint32 leaf_id, uint64 word,
 extern void amr_ssd_cache_counters(uint64 *size_bytes, uint64 *hits,
 								   uint64 *device_reads, uint64 *fills);
 
+/* At preload: the shared memory request and startup hooks. */
 extern void amr_shmem_init_hooks(void);
+
+/* ---- the PMEM pool (amr_pool.c) ---- */
+
+/* The configured pool path, for messages. */
 extern const char *amr_pool_path_display(void);
+
+/* The pool, its medium and persistence, and the SSD tier, in one line. */
 extern void amr_pool_describe(StringInfo buf);
+
+/* Postmaster: open or create the pool (and slot file) at startup. */
+extern void amr_pool_open_at_start(void);
+
+/* Postmaster: children are being restarted after a crash. */
+extern void amr_pool_note_crash_restart(void);
+
+/* The pool opened and is usable. */
+extern bool amr_pool_ready(void);
+
+/* Raise the ERROR that says why the pool is not usable. */
+extern void amr_pool_report_unusable(void);
+
+/* Postmaster: record why the pool cannot be used (logged, raised at every use). */
+extern void amr_pool_fail(const char *msg, const char *detail, const char *hint);
+
+/* A random nonzero 64-bit identity. */
+extern uint64 amr_random_id(void);
+
+/* The directory of path exists, or is our own default one and is created. */
+extern bool amr_prepare_parent_directory(const char *path, const char *setting);
+
+/* ---- the SSD slot file (amr_slotfile.c) ---- */
+
+/* Postmaster: validate, create or enlarge the slot file for pool hdr. */
+extern bool amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr);
+
+/* Slots an existing slot file declares (0 if none). */
+extern uint64 amr_slotfile_peek_slots(const char *path);
+
+/* Slots of the SSD tier (0: none). */
+extern uint32 amr_slotfile_nslots(void);
+
+/* Never use more SSD slots than the Leaf Table can name. */
+extern void amr_slotfile_limit_slots(uint64 max_slots);
+
+/* The slot file, for logs. */
+extern const char *amr_slotfile_describe(void);
 
 /*
  * Everything that touches an index starts here: errors out (with the reason)
@@ -213,19 +258,39 @@ typedef struct AmrMetaPageData
 	Oid			relfilenode;
 } AmrMetaPageData;
 
-/* What a backend caches in rd_amcache once the metapage was read. */
+/*
+ * What a backend caches in rd_amcache once the metapage was read: the tree,
+ * and the placement options parsed (the relcache entry, with this, is
+ * rebuilt when ALTER INDEX ... SET changes them).
+ */
 typedef struct AmrRelCache
 {
 	uint32		tree_no;
 	uint32		generation;
+	AmrBudgetKind budget_kind;
+	double		budget_value;
+	bool		tiering;
 } AmrRelCache;
 
+/* Create the tree of an index being built: BUILDING until this transaction commits. */
 extern uint32 amr_tree_create(Relation index, bool unlogged);
+
+/* Write the metapage naming the index's tree into block 0 of fork. */
 extern void amr_metapage_write(Relation index, ForkNumber fork, uint32 tree_no);
+
+/* The index's tree, or the "has no tree ... REINDEX" ERROR. */
 extern AmrTree *amr_tree_open(Relation index);
+
+/* The index's tree, or NULL if it has none and missing_ok. */
 extern AmrTree *amr_tree_open_extended(Relation index, bool missing_ok);
+
+/* At preload: the drop and utility hooks and the transaction callbacks. */
 extern void amr_directory_register_hooks(void);
+
+/* Free every leaf of a tree and its record (commit callbacks: no ERROR). */
 extern void amr_tree_free_storage(uint32 tree_no);
+
+/* Return a tree's inner nodes and reset its DRAM descriptor. */
 extern void amr_tree_reset_dram(AmrTree *t);
 
 /*
@@ -306,7 +371,12 @@ extern void amr_register_worker(void);
 /* name for messages: the index, or the tree number when no relation is open */
 extern const char *amr_index_name(Relation index, const AmrTree *t);
 
-/* ---- AM callbacks ---- */
+/*
+ * ---- AM callbacks ----
+ *
+ * The index access method interface (access/amapi.h), each in the file of
+ * its phase: build, insert, scan, vacuum, cost, validate, options.
+ */
 extern IndexBuildResult *amrbuild(Relation heap, Relation index,
 								  struct IndexInfo *indexInfo);
 extern void amrbuildempty(Relation index);
@@ -375,7 +445,7 @@ amr_box_from_pg(const BOX *p, AmrBox *b)
 	b->yhi = p->high.y;
 }
 
-/* end of the WAL inserted so far, recorded in every entry (DESIGN 5) */
+/* End of the WAL inserted so far, recorded in every entry (docs/design.md, "No phantom rows"). */
 extern XLogRecPtr amr_insert_lsn(void);
 
 /* ---- crash points for tests (amr_fault.c) ---- */

@@ -26,7 +26,10 @@ typedef struct AmrBitmap
 	uint64_t	words[];
 } AmrBitmap;
 
+/* Bytes a bitmap of nbits bits takes. */
 extern size_t amr_bitmap_size(uint64_t nbits);
+
+/* Make bm an all-free bitmap of nbits bits. */
 extern void amr_bitmap_init(AmrBitmap *bm, uint64_t nbits);
 
 /* Allocate any clear bit; returns -1 when full. */

@@ -42,7 +42,7 @@ check_node(CheckState *cs, uint32_t node_id, int expected_level, bool nulls)
 		return;
 	if (node_id >= cs->s->nnodes || !amr_bitmap_test(cs->s->nodes_used, node_id))
 	{
-		check_fail(cs, "inner node %lu is not allocated (expected level %lu)",
+		check_fail(cs, "Inner node %lu is not allocated (expected level %lu)",
 				   node_id, expected_level, 0);
 		return;
 	}
@@ -50,13 +50,13 @@ check_node(CheckState *cs, uint32_t node_id, int expected_level, bool nulls)
 	cs->nodes++;
 	if (n->level != expected_level)
 	{
-		check_fail(cs, "inner node %lu has level %lu, expected %lu",
+		check_fail(cs, "Inner node %lu has level %lu, expected %lu",
 				   node_id, n->level, expected_level);
 		return;
 	}
 	if (n->count > AMR_INNER_FANOUT)
 	{
-		check_fail(cs, "inner node %lu has %lu entries, more than the fan-out %lu",
+		check_fail(cs, "Inner node %lu has %lu entries, more than the fan-out %lu",
 				   node_id, n->count, AMR_INNER_FANOUT);
 		return;
 	}
@@ -74,7 +74,7 @@ check_node(CheckState *cs, uint32_t node_id, int expected_level, bool nulls)
 			child_union = amr_node_union(&cs->s->nodes[n->child[i]]);
 			if (!nulls && !amr_fbox_is_empty(&child_union) &&
 				!amr_fbox_covers(&box, &child_union))
-				check_fail(cs, "entry %lu of inner node %lu does not cover its child node %lu",
+				check_fail(cs, "Entry %lu of inner node %lu does not cover its child node %lu",
 						   i, node_id, n->child[i]);
 		}
 		else
@@ -85,13 +85,13 @@ check_node(CheckState *cs, uint32_t node_id, int expected_level, bool nulls)
 
 			if (leaf >= cs->s->lt_capacity)
 			{
-				check_fail(cs, "inner node %lu references leaf id %lu beyond the Leaf Table capacity %lu",
+				check_fail(cs, "Inner node %lu references leaf id %lu beyond the Leaf Table capacity %lu",
 						   node_id, leaf, cs->s->lt_capacity);
 				return;
 			}
 			if (cs->seen[leaf])
 			{
-				check_fail(cs, "leaf %lu is reachable more than once (again from inner node %lu)",
+				check_fail(cs, "Leaf %lu is reachable more than once (again from inner node %lu)",
 						   leaf, node_id, 0);
 				return;
 			}
@@ -100,19 +100,19 @@ check_node(CheckState *cs, uint32_t node_id, int expected_level, bool nulls)
 			word = amr_lt_word(cs->s, leaf);
 			if (AMR_WORD_TIER(word) == AMR_TIER_NONE)
 			{
-				check_fail(cs, "inner node %lu references leaf %lu, which the Leaf Table marks free",
+				check_fail(cs, "Inner node %lu references leaf %lu, which the Leaf Table marks free",
 						   node_id, leaf, 0);
 				return;
 			}
 			if (e->tree_no != cs->t->tree_no || e->tree_generation != cs->t->generation)
 			{
-				check_fail(cs, "leaf %lu belongs to tree %lu in the Leaf Table, but is reachable from tree %lu",
+				check_fail(cs, "Leaf %lu belongs to tree %lu in the Leaf Table, but is reachable from tree %lu",
 						   leaf, e->tree_no, cs->t->tree_no);
 				return;
 			}
 			if (((e->flags & AMR_LT_FLAG_NULLS) != 0) != nulls)
 			{
-				check_fail(cs, "leaf %lu is in the wrong half of the tree (NULL flag %lu)",
+				check_fail(cs, "Leaf %lu is in the wrong half of the tree (NULL flag %lu)",
 						   leaf, (e->flags & AMR_LT_FLAG_NULLS) != 0, 0);
 				return;
 			}
@@ -121,7 +121,7 @@ check_node(CheckState *cs, uint32_t node_id, int expected_level, bool nulls)
 				AmrFBox		ltbox = amr_lt_mbr(cs->s, leaf, word);
 
 				if (!amr_fbox_is_empty(&ltbox) && !amr_fbox_covers(&box, &ltbox))
-					check_fail(cs, "entry %lu of level-1 node %lu does not cover the Leaf Table box of leaf %lu",
+					check_fail(cs, "Entry %lu of level-1 node %lu does not cover the Leaf Table box of leaf %lu",
 							   i, node_id, leaf);
 			}
 		}
@@ -138,13 +138,13 @@ amr_check_tree(const AmrStore *s, const AmrTree *t, uint8_t *seen_scratch,
 	memset(seen_scratch, 0, s->lt_capacity);
 	if (t->root == AMR_INVALID_NODE || t->null_root == AMR_INVALID_NODE)
 	{
-		snprintf(buf, buflen, "tree %u has not been built", t->tree_no);
+		snprintf(buf, buflen, "Tree %u has not been built", t->tree_no);
 		return buf;
 	}
 	if (t->height < 1 || t->height > AMR_MAX_HEIGHT ||
 		t->null_height < 1 || t->null_height > AMR_MAX_HEIGHT)
 	{
-		snprintf(buf, buflen, "tree %u has an impossible height %u/%u",
+		snprintf(buf, buflen, "Tree %u has an impossible height %u/%u",
 				 t->tree_no, t->height, t->null_height);
 		return buf;
 	}
@@ -164,16 +164,16 @@ amr_check_tree(const AmrStore *s, const AmrTree *t, uint8_t *seen_scratch,
 		if (!seen_scratch[id])
 		{
 			snprintf(buf, buflen,
-					 "leaf %u of tree %u is in the Leaf Table but not reachable from the inner nodes",
+					 "Leaf %u of tree %u is in the Leaf Table but not reachable from the inner nodes",
 					 id, t->tree_no);
 			return buf;
 		}
 	}
-	if (cs.nodes != __atomic_load_n(&t->ninner, __ATOMIC_RELAXED))
+	if (cs.nodes != amr_counter_read(&t->ninner))
 	{
-		snprintf(buf, buflen, "tree %u counts %llu inner nodes but %llu are reachable",
+		snprintf(buf, buflen, "Tree %u counts %llu inner nodes but %llu are reachable",
 				 t->tree_no,
-				 (unsigned long long) __atomic_load_n(&t->ninner, __ATOMIC_RELAXED),
+				 (unsigned long long) amr_counter_read(&t->ninner),
 				 (unsigned long long) cs.nodes);
 		return buf;
 	}

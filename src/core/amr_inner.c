@@ -75,6 +75,23 @@ height_ref(AmrTree *t, bool nulls)
 	return nulls ? &t->null_height : &t->height;
 }
 
+void
+amr_tree_descriptor_init(AmrTree *t, uint32_t tree_no, const AmrTreeRecord *rec)
+{
+	memset(t, 0, sizeof(*t));
+	t->tree_no = tree_no;
+	t->root = AMR_INVALID_NODE;
+	t->null_root = AMR_INVALID_NODE;
+	t->tiering = true;
+	if (rec != NULL)
+	{
+		t->generation = rec->generation;
+		t->budget_kind = rec->budget_kind;
+		t->budget_value = rec->budget_value;
+		t->tiering = !rec->tiering_off;
+	}
+}
+
 AmrStatus
 amr_tree_init_empty(AmrStore *s, AmrTree *t)
 {
@@ -92,7 +109,7 @@ amr_tree_init_empty(AmrStore *s, AmrTree *t)
 	t->height = 1;
 	t->null_root = null_root;
 	t->null_height = 1;
-	__atomic_store_n(&t->ninner, 2, __ATOMIC_RELAXED);
+	amr_counter_set(&t->ninner, 2);
 	return AMR_OK;
 }
 
@@ -119,7 +136,7 @@ amr_tree_free_nodes(AmrStore *s, AmrTree *t)
 	t->null_root = AMR_INVALID_NODE;
 	t->height = 0;
 	t->null_height = 0;
-	__atomic_store_n(&t->ninner, 0, __ATOMIC_RELAXED);
+	amr_counter_set(&t->ninner, 0);
 }
 
 /* plain comparisons compile to minss/maxss; fminf/fmaxf would be calls */
@@ -236,7 +253,7 @@ static void
 atomic_float_min(float *p, float v)
 {
 	uint32_t   *u = (uint32_t *) p;
-	uint32_t	old = __atomic_load_n(u, __ATOMIC_RELAXED);
+	uint32_t	old = amr_counter_read(u);
 
 	for (;;)
 	{
@@ -257,7 +274,7 @@ static void
 atomic_float_max(float *p, float v)
 {
 	uint32_t   *u = (uint32_t *) p;
-	uint32_t	old = __atomic_load_n(u, __ATOMIC_RELAXED);
+	uint32_t	old = amr_counter_read(u);
 
 	for (;;)
 	{
@@ -448,7 +465,7 @@ amr_apply_leaf_split(AmrStore *s, AmrTree *t, bool nulls, const AmrPath *path,
 			new_nodes++;
 		}
 	}
-	__atomic_add_fetch(&t->ninner, new_nodes, __ATOMIC_RELAXED);
+	amr_counter_add(&t->ninner, new_nodes);
 }
 
 void

@@ -251,9 +251,9 @@ count_tier(AmrStore *s, uint32_t tree_no, uint32_t tier, int delta)
 		return;
 	t = &s->trees[tree_no];
 	if (tier == AMR_TIER_PMEM)
-		__atomic_add_fetch(&t->pmem_leaves, (uint64_t) (int64_t) delta, __ATOMIC_RELAXED);
+		amr_counter_add(&t->pmem_leaves, (uint64_t) (int64_t) delta);
 	else if (tier == AMR_TIER_SSD)
-		__atomic_add_fetch(&t->ssd_leaves, (uint64_t) (int64_t) delta, __ATOMIC_RELAXED);
+		amr_counter_add(&t->ssd_leaves, (uint64_t) (int64_t) delta);
 }
 
 uint32_t

@@ -15,7 +15,7 @@
  *	(caller): make both images durable in their reserved slots
  *	commit:   publish / switch Leaf Table words, links, inner nodes
  *
- * Split protocol (DESIGN 3): the new half is published in the Leaf Table
+ * Split protocol (docs/design.md, "Commit points"): the new half is published in the Leaf Table
  * recording "split from (leaf, version)"; switching the old leaf's word to
  * its new image is the commit point.  Recovery discards a new half whose
  * origin still has the old version, so a crash anywhere leaves each entry in
@@ -242,7 +242,7 @@ amr_first_leaf_commit(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
 	amr_leaf_volatile_reset(&s->leaves[leaf_id]);
 	s->leaves[leaf_id].writes_pending = 1;
 	amr_add_first_leaf(s, t, nulls, leaf_id, &box);
-	__atomic_add_fetch(&t->nleaves, 1, __ATOMIC_RELAXED);
+	amr_counter_add(&t->nleaves, 1);
 
 	r->new_leaf = AMR_INVALID_LEAF;
 	r->slot_left = AMR_INVALID_SLOT;
@@ -307,13 +307,13 @@ amr_split_commit(AmrStore *s, AmrTree *t, uint32_t leaf_id, uint64_t word,
 	rv->last_fold = lv->last_fold;
 	rv->splits_pending = 1;
 	rv->writes_pending = 1;
-	lv->nsn = __atomic_add_fetch(&t->nsn, 1, __ATOMIC_SEQ_CST);
+	lv->nsn = amr_sync_add(&t->nsn, 1);
 	lv->rightlink = r->new_leaf;
-	__atomic_add_fetch(&lv->splits_pending, 1, __ATOMIC_RELAXED);
+	amr_counter_add(&lv->splits_pending, 1);
 
 	amr_apply_leaf_split(s, t, nulls, path, nulls ? &zero : left_box,
 						 r->new_leaf, nulls ? &zero : right_box, r->nodes, &r->splits);
-	__atomic_add_fetch(&t->nleaves, 1, __ATOMIC_RELAXED);
+	amr_counter_add(&t->nleaves, 1);
 
 	r->new_leaf = AMR_INVALID_LEAF;
 	r->slot_left = r->slot_right = AMR_INVALID_SLOT;
@@ -345,13 +345,13 @@ amr_insert_single(AmrStore *s, AmrTree *t, const AmrLeafEntry *e)
 		if (leaf->hdr.nentries < AMR_LEAF_CAPACITY)
 		{
 			amr_leaf_append_pmem(s, leaf_id, leaf, e, &box);
-			__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
+			amr_counter_add(&t->nentries, 1);
 			return AMR_OK;
 		}
 		if ((dead = amr_leaf_find_dead(leaf)) >= 0)
 		{
 			amr_leaf_reuse_dead_pmem(s, leaf_id, leaf, dead, e, &box);
-			__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
+			amr_counter_add(&t->nentries, 1);
 			return AMR_OK;
 		}
 		st = amr_reserve(s, amr_path_nodes_needed(s, &path), AMR_TIER_PMEM,
@@ -375,6 +375,6 @@ amr_insert_single(AmrStore *s, AmrTree *t, const AmrLeafEntry *e)
 		amr_first_leaf_commit(s, t, e, &left, nulls, &r);
 	}
 	amr_release_reservation(s, &r);
-	__atomic_add_fetch(&t->nentries, 1, __ATOMIC_RELAXED);
+	amr_counter_add(&t->nentries, 1);
 	return AMR_OK;
 }

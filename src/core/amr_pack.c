@@ -352,7 +352,7 @@ amr_build_levels(AmrStore *s, AmrTree *t, bool nulls, AmrPackItem *items,
 	}
 	for (i = used; i < needed; i++)
 		amr_node_free(s, node_ids[i]);
-	__atomic_add_fetch(&t->ninner, used, __ATOMIC_RELAXED);
+	amr_counter_add(&t->ninner, used);
 	return AMR_OK;
 }
 

@@ -28,7 +28,10 @@ typedef enum AmrPersistMode
 
 extern AmrPersistMode amr_persist_mode;
 
+/* Choose how stores are made durable (CPU flush instructions, msync, none). */
 extern void amr_persist_init(AmrPersistMode mode);
+
+/* The persistence chosen, for logs ("clwb+sfence", ...). */
 extern const char *amr_persist_describe(void);
 
 /* Write back the cache lines covering [addr, addr+len); no fence. */

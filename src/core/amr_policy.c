@@ -34,8 +34,8 @@ amr_hotness_now(const AmrLeafVolatile *v, double now, double lambda)
 	if (v->last_fold > 0 && now > v->last_fold)
 		decay = exp(-lambda * (now - v->last_fold));
 	return v->hotness * decay +
-		__atomic_load_n(&v->reads_pending, __ATOMIC_RELAXED) +
-		__atomic_load_n(&v->writes_pending, __ATOMIC_RELAXED);
+		amr_counter_read(&v->reads_pending) +
+		amr_counter_read(&v->writes_pending);
 }
 
 AmrWant

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "amr_atomic.h"
 #include "amr_bitmap.h"
 #include "amr_format.h"
 #include "amr_geom.h"
@@ -214,12 +215,21 @@ amr_lt_mbr(const AmrStore *s, uint32_t leaf_id, uint64_t word)
 	return s->lt[leaf_id].mbr[AMR_WORD_VERSION(word) & 1];
 }
 
+/* An empty leaf image for (leaf id, tree, generation, version), NULL side or not. */
 extern void amr_leaf_image_init(AmrLeaf *img, uint32_t leaf_id, uint32_t tree_no,
 								uint32_t generation, uint32_t version,
 								bool nulls);
+
+/* The float4 bounding box of an image's live entries. */
 extern AmrFBox amr_leaf_image_mbr(const AmrLeaf *img);
+
+/* CRC-32C of data (SSD images' checksums). */
 extern uint32_t amr_crc32c(const void *data, size_t len);
+
+/* Seal an image with its checksum (SSD). */
 extern void amr_leaf_image_set_checksum(AmrLeaf *img);
+
+/* Whether a sealed image's checksum holds. */
 extern bool amr_leaf_image_checksum_ok(const AmrLeaf *img);
 
 /*
@@ -281,7 +291,10 @@ extern void amr_leaf_split_images(const AmrLeaf *full, const AmrLeafEntry *extra
 
 /* ---- Inner nodes (amr_inner.c) ---- */
 
+/* Take an empty inner node of the given level from the arena. */
 extern AmrStatus amr_node_alloc(AmrStore *s, uint32_t *node_out, int level);
+
+/* Return an inner node to the arena. */
 extern void amr_node_free(AmrStore *s, uint32_t node);
 
 static inline AmrFBox
@@ -302,7 +315,14 @@ amr_node_set_entry(AmrInnerNode *n, int i, const AmrFBox *b, uint32_t child)
 	n->child[i] = child;
 }
 
+/* The union of an inner node's entry boxes. */
 extern AmrFBox amr_node_union(const AmrInnerNode *n);
+
+/*
+ * Reset the DRAM descriptor of tree tree_no to nothing (no nodes, no
+ * counters), with the generation and placement settings of its record.
+ */
+extern void amr_tree_descriptor_init(AmrTree *t, uint32_t tree_no, const AmrTreeRecord *rec);
 
 /* Create an empty tree (one empty level-1 root) and an empty NULL tree. */
 extern AmrStatus amr_tree_init_empty(AmrStore *s, AmrTree *t);
@@ -376,6 +396,7 @@ extern void amr_collect_leaves(const AmrStore *s, const AmrTree *t, bool nulls,
 extern uint64_t amr_count_leaves(const AmrStore *s, const AmrTree *t,
 								 const AmrScanKey *keys, int nkeys);
 
+/* Append a leaf id to a list, growing it with realloc_fn. */
 extern void amr_leaf_list_push(AmrLeafList *out, uint32_t id,
 							   AmrReallocFn realloc_fn, void *arg);
 
@@ -470,6 +491,7 @@ typedef struct AmrReservation
 	AmrNodeSplits splits;		/* filled by amr_split_commit */
 } AmrReservation;
 
+/* A reservation holding nothing. */
 extern void amr_reservation_init(AmrReservation *r);
 
 /*

@@ -1,0 +1,664 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_pool.c
+ *		The PMEM pool: opening, creating, laying out and enlarging it, how
+ *		its stores reach durability, and what the postmaster records in its
+ *		header before recovery (a history reset, a crash).
+ *
+ * The pool is opened or created by the postmaster while it computes its
+ * shared memory request, before any child exists: libpmemobj's allocator and
+ * transactions are not safe across processes (docs/design.md, "Tiers and who
+ * touches what"), so the postmaster is the only process that ever calls
+ * pmemobj_*.  Children inherit the mapping at the same address and touch
+ * the pool only through plain loads, stores and the flushes in
+ * core/amr_persist.c, allocating slots from bitmaps in shared memory.
+ *
+ * A pool that cannot be used (another cluster's, another format version, an
+ * unrelated file, no space, a rejected setting) does not stop the server:
+ * it is reported at startup, and every use of an amrtree index raises an
+ * ERROR that repeats the reason (amr_pool_report_unusable).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amrtree.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <libpmem.h>
+#include <libpmemobj.h>
+
+#include "access/xlog.h"
+#include "common/controldata_utils.h"
+#include "miscadmin.h"
+#include "utils/guc.h"
+
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+
+#define AMR_POOL_MIN_MB 32
+
+/* Postmaster-local pool state, inherited by every child through fork(). */
+static PMEMobjpool *pool = NULL;
+static AmrPoolStatus pool_status = AMR_POOL_NOT_CONFIGURED;
+static char pool_error_msg[256];
+static char pool_error_detail[1024];
+static char pool_error_hint[512];
+static char pool_media[128];
+
+/*
+ * Record why the pool cannot be used, and log it: every later use raises it
+ * (amr_pool_report_unusable).  Postmaster only.
+ */
+void
+amr_pool_fail(const char *msg, const char *detail, const char *hint)
+{
+	pool_status = AMR_POOL_FAILED;
+	strlcpy(pool_error_msg, msg, sizeof(pool_error_msg));
+	strlcpy(pool_error_detail, detail ? detail : "", sizeof(pool_error_detail));
+	strlcpy(pool_error_hint, hint ? hint : "", sizeof(pool_error_hint));
+	ereport(LOG,
+			(errmsg("amrtree: %s", pool_error_msg),
+			 pool_error_detail[0] ? errdetail("%s", pool_error_detail) : 0,
+			 pool_error_hint[0] ? errhint("%s", pool_error_hint) : 0));
+}
+
+const char *
+amr_pool_path_display(void)
+{
+	return amr_pmem_path ? amr_pmem_path : "(unset)";
+}
+
+/* A random nonzero 64-bit identity (pool ids, slot file ids). */
+uint64
+amr_random_id(void)
+{
+	uint64		id = 0;
+
+	if (!pg_strong_random(&id, sizeof(id)))
+		id = ((uint64) time(NULL) << 32) ^ (uint64) getpid();
+	return id ? id : 1;
+}
+
+/*
+ * The directory a pool or slot file goes into must exist -- except our own
+ * default one in the data directory, pg_amrtree, which we create (0700,
+ * like PGDATA).  Creating any other missing directory would turn a typo in
+ * amrtree.ssd_path into a slot file on whatever disk the typo names.
+ * Returns false (after pool_fail) if the directory is missing.
+ */
+bool
+amr_prepare_parent_directory(const char *path, const char *setting)
+{
+	char		dir[MAXPGPATH];
+	char		detail[MAXPGPATH + 64];
+	char	   *slash;
+	struct stat st;
+
+	strlcpy(dir, path, sizeof(dir));
+	slash = strrchr(dir, '/');
+	if (slash == NULL || slash == dir)
+		return true;
+	*slash = '\0';
+	if (strcmp(dir, "pg_amrtree") == 0)
+	{
+		if (mkdir(dir, S_IRWXU) != 0 && errno != EEXIST)
+			ereport(LOG,
+					(errcode_for_file_access(),
+					 errmsg("amrtree: could not create directory \"%s\": %m", dir)));
+		return true;
+	}
+	if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+		return true;
+	snprintf(detail, sizeof(detail), "Directory \"%s\" does not exist.", dir);
+	amr_pool_fail(psprintf("the directory of %s does not exist", setting), detail,
+			  psprintf("Create it, writable by the server, or correct %s; then restart the server.",
+					   setting));
+	return false;
+}
+
+static AmrPoolHeader *
+pool_header(PMEMobjpool *pop)
+{
+	PMEMoid		root = pmemobj_root(pop, 0);
+
+	if (OID_IS_NULL(root) || pmemobj_root_size(pop) < sizeof(AmrPoolHeader))
+		return NULL;
+	return (AmrPoolHeader *) pmemobj_direct(root);
+}
+
+/*
+ * Lay out a new pool: root header, tree directory, Leaf Table, slot area.
+ * The Leaf Table has one entry per slot: a leaf occupies exactly one slot,
+ * so the number of leaf ids can never exceed the number of slots.
+ */
+static bool
+pool_format(PMEMobjpool *pop, size_t pool_size, uint64 pool_id, uint64 created_at,
+			uint64 ssd_slots, uint64 ssd_file_id)
+{
+	PMEMoid		root,
+				trees,
+				lt,
+				slots;
+	AmrPoolHeader *hdr;
+	uint64		nslots;
+	uint64		lt_capacity;
+
+	root = pmemobj_root(pop, sizeof(AmrPoolHeader));
+	if (OID_IS_NULL(root))
+		return false;
+	hdr = (AmrPoolHeader *) pmemobj_direct(root);
+
+	if (pmemobj_zalloc(pop, &trees, sizeof(AmrTreeRecord) * AMR_MAX_TREES, 0) != 0)
+		return false;
+
+	/*
+	 * First estimate: what is left after libpmemobj's own metadata, shared
+	 * between PMEM slots and Leaf Table entries (one per slot of either
+	 * tier: a leaf occupies exactly one slot, so there can be no more leaf
+	 * ids than slots).
+	 */
+	{
+		int64		usable = (int64) pool_size - (int64) Min(pool_size / 2, (size_t) 10 * 1024 * 1024)
+			- (int64) (ssd_slots * sizeof(AmrLeafTableEntry));
+
+		if (usable < (int64) (16 * (AMR_SLOT_SIZE + sizeof(AmrLeafTableEntry))))
+			return false;
+		nslots = (uint64) usable / (AMR_SLOT_SIZE + sizeof(AmrLeafTableEntry));
+	}
+	nslots = Min(nslots, (uint64) AMR_MAX_SLOTS);
+	lt_capacity = nslots + ssd_slots;
+	while (pmemobj_zalloc(pop, &lt, lt_capacity * sizeof(AmrLeafTableEntry) + 64, 0) != 0)
+	{
+		nslots = nslots * 98 / 100;
+		lt_capacity = nslots + ssd_slots;
+		if (nslots < 16)
+			return false;
+	}
+	/* the slot area is aligned to AMR_SLOT_SIZE by hand, hence the extra slot */
+	while (pmemobj_alloc(pop, &slots, (nslots + 1) * AMR_SLOT_SIZE, 0, NULL, NULL) != 0)
+	{
+		nslots = nslots * 99 / 100;
+		if (nslots < 16)
+			return false;
+	}
+
+	memset(hdr, 0, sizeof(*hdr));
+	hdr->magic = AMR_POOL_MAGIC;
+	hdr->format_version = AMR_FORMAT_VERSION;
+	hdr->slot_size = AMR_SLOT_SIZE;
+	hdr->system_identifier = GetSystemIdentifier();
+	hdr->pool_id = pool_id;
+	hdr->created_at = created_at;
+	hdr->pmem_nslots = nslots;
+	hdr->lt_capacity = Min(lt_capacity, nslots + ssd_slots);
+	hdr->ssd_file_id = ssd_file_id;
+	hdr->max_trees = AMR_MAX_TREES;
+	hdr->slots_offset = TYPEALIGN(AMR_SLOT_SIZE, slots.off);
+	hdr->lt_offset = TYPEALIGN(64, lt.off);
+	hdr->trees_offset = trees.off;
+	pmemobj_persist(pop, hdr, sizeof(*hdr));
+	hdr->initialized = AMR_POOL_MAGIC;
+	pmemobj_persist(pop, &hdr->initialized, sizeof(hdr->initialized));
+	return true;
+}
+
+static PMEMobjpool *
+pool_create(const char *path, size_t size, uint64 pool_id, uint64 created_at,
+			uint64 ssd_slots, uint64 ssd_file_id)
+{
+	PMEMobjpool *pop;
+
+	pop = pmemobj_create(path, AMR_POOL_LAYOUT, size, S_IRUSR | S_IWUSR);
+	if (pop == NULL)
+	{
+		char		detail[1024];
+
+		snprintf(detail, sizeof(detail), "pmemobj_create(\"%s\", %zu MB) failed: %s",
+				 path, size >> 20, pmemobj_errormsg());
+		amr_pool_fail("could not create the PMEM pool", detail,
+				  "Check that the directory of amrtree.pmem_path exists, is "
+				  "writable by the server, and has room for amrtree.pmem_size.");
+		return NULL;
+	}
+	if (!pool_format(pop, size, pool_id, created_at, ssd_slots, ssd_file_id))
+	{
+		char		detail[1024];
+
+		snprintf(detail, sizeof(detail),
+				 "%zu MB leave no room for leaf slots and a Leaf Table covering %llu SSD slots: %s",
+				 size >> 20, (unsigned long long) ssd_slots, pmemobj_errormsg());
+		pmemobj_close(pop);
+		unlink(path);
+		amr_pool_fail("could not lay out the PMEM pool", detail,
+				  "Raise amrtree.pmem_size, or lower amrtree.ssd_size.");
+		return NULL;
+	}
+	return pop;
+}
+
+/*
+ * Enlarge a pool by copying it into a bigger one that keeps its identity,
+ * slot numbers and leaf ids, then renaming it over the old file.  A crash
+ * before the rename leaves the old pool untouched (and a stale ".grow" file
+ * that the next attempt removes).
+ */
+static PMEMobjpool *
+pool_grow(PMEMobjpool *old, const char *path, size_t new_size, uint64 ssd_slots)
+{
+	AmrPoolHeader *oh = pool_header(old);
+	char		tmp[MAXPGPATH];
+	PMEMobjpool *pop;
+	AmrPoolHeader *nh;
+	char	   *ob = (char *) old;
+	char	   *nb;
+
+	snprintf(tmp, sizeof(tmp), "%s.grow", path);
+	unlink(tmp);
+	pop = pool_create(tmp, new_size, oh->pool_id, oh->created_at, ssd_slots,
+					  oh->ssd_file_id);
+	if (pop == NULL)
+		return old;
+	nh = pool_header(pop);
+	if (nh->pmem_nslots < oh->pmem_nslots || nh->lt_capacity < oh->lt_capacity)
+	{
+		pmemobj_close(pop);
+		unlink(tmp);
+		ereport(LOG,
+				(errmsg("amrtree: not enlarging pool \"%s\": %zu MB would not hold more slots",
+						path, new_size >> 20),
+				 errhint("Raise amrtree.pmem_size.")));
+		return old;
+	}
+	nb = (char *) pop;
+	pmem_memcpy_persist(nb + nh->trees_offset, ob + oh->trees_offset,
+						sizeof(AmrTreeRecord) * AMR_MAX_TREES);
+	pmem_memcpy_persist(nb + nh->lt_offset, ob + oh->lt_offset,
+						sizeof(AmrLeafTableEntry) * oh->lt_capacity);
+	pmem_memcpy_persist(nb + nh->slots_offset, ob + oh->slots_offset,
+						(size_t) oh->pmem_nslots * AMR_SLOT_SIZE);
+	if (!pmem_is_pmem(nb, new_size))
+		pmem_msync(nb, new_size);
+	pmemobj_close(pop);
+	if (rename(tmp, path) != 0)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("amrtree: could not rename \"%s\" to \"%s\": %m", tmp, path)));
+		unlink(tmp);
+		return old;
+	}
+	pmemobj_close(old);
+	pop = pmemobj_open(path, AMR_POOL_LAYOUT);
+	if (pop != NULL)
+		ereport(LOG,
+				(errmsg("amrtree: enlarged PMEM pool \"%s\" to %zu MB", path, new_size >> 20)));
+	return pop;
+}
+
+/* Decide how stores reach durability on this pool's medium. */
+static void
+choose_persistence(const char *path, void *base, size_t len)
+{
+	struct statfs fs;
+	bool		is_pmem = pmem_is_pmem(base, len) != 0;
+	bool		on_tmpfs = statfs(path, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+	AmrPersistMode mode = (AmrPersistMode) amr_persist_mode_setting;
+
+	if (is_pmem)
+		strlcpy(pool_media, "persistent memory (DAX)", sizeof(pool_media));
+	else if (on_tmpfs)
+		strlcpy(pool_media, "DRAM-backed tmpfs (emulated PMEM: survives process crashes, not power loss)",
+				sizeof(pool_media));
+	else
+	{
+		strlcpy(pool_media, "a disk file (persisted with msync)", sizeof(pool_media));
+		if (mode != AMR_PERSIST_NOP)
+			mode = AMR_PERSIST_MSYNC;
+	}
+	amr_persist_init(mode);
+}
+
+/* Leaves of live trees that the pool's Leaf Table places on the SSD tier. */
+static uint64
+live_ssd_leaves(const AmrPoolHeader *hdr)
+{
+	const AmrLeafTableEntry *lt = (const AmrLeafTableEntry *) ((const char *) pool + hdr->lt_offset);
+	const AmrTreeRecord *trees = (const AmrTreeRecord *) ((const char *) pool + hdr->trees_offset);
+	uint64		n = 0;
+	uint64		id;
+
+	for (id = 0; id < hdr->lt_capacity; id++)
+	{
+		const AmrTreeRecord *rec;
+
+		if (AMR_WORD_TIER(lt[id].word) != AMR_TIER_SSD || lt[id].tree_no >= AMR_MAX_TREES)
+			continue;
+		rec = &trees[lt[id].tree_no];
+		if ((rec->state == AMR_TREE_VALID || rec->state == AMR_TREE_BUILDING) &&
+			rec->generation == lt[id].tree_generation)
+			n++;
+	}
+	return n;
+}
+
+/*
+ * Is there to be an SSD tier, given amrtree.ssd_size and what the pool's
+ * leaves need?  A slot file that no live leaf refers to is forgotten, so
+ * that amrtree.ssd_size = 0 really disables the tier (and a deleted file
+ * that held nothing is not reported missing); one that holds leaves stays,
+ * whatever the setting, until they are moved back to PMEM.  *ssd_slots is
+ * the size to open or create the file with.
+ */
+static bool
+decide_ssd_tier(AmrPoolHeader *hdr, uint64 *ssd_slots)
+{
+	uint64		leaves;
+	struct stat st;
+	bool		exists;
+
+	if (amr_ssd_path == NULL || amr_ssd_path[0] == '\0')
+		return false;
+	exists = stat(amr_ssd_path, &st) == 0;
+	leaves = hdr->ssd_file_id != 0 ? live_ssd_leaves(hdr) : 0;
+	if (hdr->ssd_file_id != 0 && leaves == 0 && (amr_ssd_size_mb == 0 || !exists))
+	{
+		ereport(LOG,
+				(errmsg("amrtree: no leaf is on the SSD tier; %s slot file \"%s\"",
+						exists ? "no longer using" : "forgetting the missing", amr_ssd_path)));
+		hdr->ssd_file_id = 0;
+		pmem_persist(&hdr->ssd_file_id, sizeof(hdr->ssd_file_id));
+		if (!pmem_is_pmem(hdr, sizeof(*hdr)))
+			pmem_msync(hdr, sizeof(*hdr));
+	}
+	if (amr_ssd_size_mb > 0)
+		return true;
+	if (leaves == 0)
+		return false;
+	ereport(WARNING,
+			(errmsg("amrtree: amrtree.ssd_size = 0, but " UINT64_FORMAT " leaves are on the SSD tier; it stays enabled",
+					leaves),
+			 errhint("Move them to PMEM first: ALTER INDEX ... SET (tiering = off) and SELECT amrtree_settle(...) for each amrtree index; the tier is disabled at the next start after that.")));
+	*ssd_slots = Max(*ssd_slots, amr_slotfile_peek_slots(amr_ssd_path));
+	return true;
+}
+
+static void
+pool_open_or_create(void)
+{
+	const char *path = amr_pmem_path;
+	size_t		want = (size_t) Max(amr_pmem_size_mb, AMR_POOL_MIN_MB) * 1024 * 1024;
+	uint64		ssd_want = (uint64) amr_ssd_size_mb * 1024 * 1024 / AMR_SLOT_SIZE;
+	uint64		ssd_slots;
+	struct stat st;
+	AmrPoolHeader *hdr;
+	char		detail[1024];
+
+	if (path == NULL || path[0] == '\0')
+	{
+		amr_pool_fail("amrtree.pmem_path is empty", NULL,
+				  "Set amrtree.pmem_path in postgresql.conf and restart the server.");
+		return;
+	}
+	{
+		const char *why;
+		const char *setting = amr_rejected_setting(&why);
+
+		if (setting != NULL)
+		{
+			amr_pool_fail(psprintf("the setting %s is not valid", setting), why,
+					  "Correct it in postgresql.conf and restart the server.  "
+					  "PostgreSQL ignored it and would have used the default instead.");
+			return;
+		}
+	}
+
+	/* the Leaf Table must cover the SSD slots too: know how many first */
+	ssd_want = Min(ssd_want, (uint64) AMR_MAX_SLOTS);
+	ssd_slots = Max(ssd_want, amr_ssd_path ? amr_slotfile_peek_slots(amr_ssd_path) : 0);
+
+	if (stat(path, &st) != 0)
+	{
+		if (errno != ENOENT)
+		{
+			snprintf(detail, sizeof(detail), "stat(\"%s\") failed: %s", path, strerror(errno));
+			amr_pool_fail("could not access the PMEM pool", detail, NULL);
+			return;
+		}
+		if (!amr_prepare_parent_directory(path, "amrtree.pmem_path"))
+			return;
+		pool = pool_create(path, want, amr_random_id(), (uint64) time(NULL), ssd_slots, 0);
+		if (pool == NULL)
+			return;
+		ereport(LOG, (errmsg("amrtree: created PMEM pool \"%s\" (%zu MB)", path, want >> 20)));
+	}
+	else
+	{
+		pool = pmemobj_open(path, AMR_POOL_LAYOUT);
+		if (pool == NULL)
+		{
+			snprintf(detail, sizeof(detail), "pmemobj_open(\"%s\") failed: %s",
+					 path, pmemobj_errormsg());
+			amr_pool_fail("could not open the PMEM pool", detail,
+					  "The file is not an amrtree pool, or another server has it "
+					  "open.  Stop that server, or move the file away (its indexes "
+					  "then need REINDEX), or point amrtree.pmem_path elsewhere.");
+			return;
+		}
+		hdr = pool_header(pool);
+		if (hdr == NULL || hdr->initialized != AMR_POOL_MAGIC)
+		{
+			/* creation never finished: nothing can reference this pool */
+			ereport(LOG,
+					(errmsg("amrtree: PMEM pool \"%s\" was never completely created; recreating it",
+							path)));
+			pmemobj_close(pool);
+			unlink(path);
+			pool = pool_create(path, want, amr_random_id(), (uint64) time(NULL), ssd_slots, 0);
+			if (pool == NULL)
+				return;
+			hdr = pool_header(pool);
+		}
+		if (hdr->magic != AMR_POOL_MAGIC || hdr->format_version != AMR_FORMAT_VERSION ||
+			hdr->slot_size != AMR_SLOT_SIZE)
+		{
+			snprintf(detail, sizeof(detail),
+					 "The pool has format version %u and slot size %u; this build of amrtree uses version %u and slot size %u.",
+					 hdr->format_version, hdr->slot_size, AMR_FORMAT_VERSION, AMR_SLOT_SIZE);
+			pmemobj_close(pool);
+			pool = NULL;
+			amr_pool_fail("the PMEM pool has an incompatible format", detail,
+					  "Move the pool file away and restart; then REINDEX every amrtree index.");
+			return;
+		}
+		if (hdr->system_identifier != GetSystemIdentifier())
+		{
+			snprintf(detail, sizeof(detail),
+					 "The pool belongs to the cluster with system identifier " UINT64_FORMAT
+					 ", this cluster's is " UINT64_FORMAT ".",
+					 hdr->system_identifier, GetSystemIdentifier());
+			pmemobj_close(pool);
+			pool = NULL;
+			amr_pool_fail("the PMEM pool belongs to another cluster", detail,
+					  "Point amrtree.pmem_path at this cluster's own pool, or move "
+					  "the foreign file away and restart; then REINDEX every amrtree index.");
+			return;
+		}
+		if ((st.st_size > 0 && (size_t) st.st_size < want) ||
+			hdr->lt_capacity < hdr->pmem_nslots + ssd_slots)
+		{
+			/* a bigger pool: more PMEM slots, or a Leaf Table for more SSD slots */
+			size_t		need = (size_t) st.st_size +
+				(size_t) (hdr->pmem_nslots + ssd_slots - Min(hdr->lt_capacity, hdr->pmem_nslots + ssd_slots))
+				* sizeof(AmrLeafTableEntry) + 2 * 1024 * 1024;
+			PMEMobjpool *grown = pool_grow(pool, path, Max(want, need), ssd_slots);
+
+			if (grown == NULL)
+			{
+				snprintf(detail, sizeof(detail), "%s", pmemobj_errormsg());
+				amr_pool_fail("could not reopen the PMEM pool after enlarging it", detail, NULL);
+				return;
+			}
+			pool = grown;
+		}
+	}
+
+	hdr = pool_header(pool);
+	if (hdr->lt_capacity < hdr->pmem_nslots + Min(ssd_slots, hdr->lt_capacity))
+		ssd_slots = hdr->lt_capacity - hdr->pmem_nslots;
+	if (!decide_ssd_tier(hdr, &ssd_slots))
+		;						/* no SSD tier */
+	else if (!amr_slotfile_open(amr_ssd_path, ssd_slots, hdr))
+	{
+		pmemobj_close(pool);
+		pool = NULL;
+		return;
+	}
+	/* never use more SSD slots than the Leaf Table can name */
+	amr_slotfile_limit_slots(hdr->lt_capacity - hdr->pmem_nslots);
+
+	amr_store.pool_base = (char *) pool;
+	amr_store.header = hdr;
+	amr_store.pmem_slots = (char *) pool + hdr->slots_offset;
+	amr_store.pmem_nslots = (uint32) hdr->pmem_nslots;
+	amr_store.lt = (AmrLeafTableEntry *) ((char *) pool + hdr->lt_offset);
+	amr_store.lt_capacity = (uint32) hdr->lt_capacity;
+	amr_store.tree_records = (AmrTreeRecord *) ((char *) pool + hdr->trees_offset);
+	amr_store.ssd_nslots = amr_slotfile_nslots();
+	choose_persistence(path, amr_store.pmem_slots,
+					   (size_t) amr_store.pmem_nslots * AMR_SLOT_SIZE);
+	pool_status = AMR_POOL_READY;
+	ereport(LOG,
+			(errmsg("amrtree: PMEM pool \"%s\": %u leaf slots of %d bytes, Leaf Table of %u entries, on %s; persisting with %s",
+					path, amr_store.pmem_nslots, AMR_SLOT_SIZE, amr_store.lt_capacity,
+					pool_media, amr_persist_describe())));
+	if (amr_slotfile_nslots() > 0)
+		ereport(LOG, (errmsg("amrtree: SSD tier %s", amr_slotfile_describe())));
+}
+
+void
+amr_pool_describe(StringInfo buf)
+{
+	appendStringInfo(buf, "%s on %s, persisting with %s", amr_pool_path_display(),
+					 pool_media, amr_persist_describe());
+	if (amr_slotfile_nslots() > 0)
+		appendStringInfo(buf, "; SSD tier %s", amr_slotfile_describe());
+	else
+		appendStringInfoString(buf, "; no SSD tier");
+}
+
+
+/*
+ * A data directory that starts from a base backup (backup_label), for
+ * archive recovery (recovery.signal) or as a standby (standby.signal) has a
+ * history the pool did not follow: the pool is a copy taken while the heap
+ * kept changing, or belongs to the server it was copied from, or to a point
+ * beyond the recovery target.  Its trees cannot be trusted to match the
+ * heap, so every one is dropped at the next reconciliation and its index
+ * asks for REINDEX.  Checked in the postmaster before recovery starts (it
+ * removes these files); recorded in the pool so that the verdict survives
+ * until the reconciliation has acted on it.
+ */
+static void
+note_history_reset(void)
+{
+	static const char *const markers[] = {"backup_label", "recovery.signal", "standby.signal"};
+	AmrPoolHeader *hdr = amr_store.header;
+	int			i;
+
+	for (i = 0; i < lengthof(markers); i++)
+	{
+		char		path[MAXPGPATH];
+		struct stat st;
+
+		snprintf(path, sizeof(path), "%s/%s", DataDir, markers[i]);
+		if (stat(path, &st) != 0)
+			continue;
+		if (hdr->history_reset == 0)
+		{
+			hdr->history_reset = 1;
+			pmem_persist(&hdr->history_reset, sizeof(hdr->history_reset));
+			if (!pmem_is_pmem(hdr, sizeof(*hdr)))
+				pmem_msync(hdr, sizeof(*hdr));
+		}
+		ereport(LOG,
+				(errmsg("amrtree: \"%s\" exists: the PMEM pool may not match this data directory's history; its amrtree indexes will need REINDEX",
+						markers[i])));
+		return;
+	}
+}
+
+/*
+ * Postmaster, pool open: if this start follows a crash (the control file
+ * was not left "shut down", or the postmaster is restarting its children
+ * after one), record it in the pool so that the reconciliation prunes and
+ * empties unlogged trees, as PostgreSQL resets unlogged relations in the
+ * same case.  See amr_note_unclean_start.
+ */
+static void
+note_crash(bool children_crashed)
+{
+	bool		crc_ok = false;
+	ControlFileData *cf = get_controlfile(DataDir, &crc_ok);
+	bool		clean = crc_ok && (cf->state == DB_SHUTDOWNED ||
+								   cf->state == DB_SHUTDOWNED_IN_RECOVERY);
+
+	if (children_crashed || !clean)
+		amr_note_unclean_start(cf->checkPoint);
+	pfree(cf);
+}
+
+/* The pool is mapped and usable (in any process, even during recovery). */
+bool
+amr_pool_is_open(void)
+{
+	return pool_status == AMR_POOL_READY && amr_store.header != NULL;
+}
+
+/* The pool is open and usable (any process). */
+bool
+amr_pool_ready(void)
+{
+	return pool_status == AMR_POOL_READY;
+}
+
+/*
+ * Postmaster, computing its shared memory request: open or create the pool
+ * and the slot file, and record in the pool header what this start means
+ * for it (a reset history, a crash) before recovery removes the evidence.
+ */
+void
+amr_pool_open_at_start(void)
+{
+	pool_open_or_create();
+	if (pool_status == AMR_POOL_READY)
+	{
+		note_history_reset();
+		note_crash(false);
+	}
+}
+
+/* Postmaster, restarting its children after one of them crashed. */
+void
+amr_pool_note_crash_restart(void)
+{
+	if (pool_status == AMR_POOL_READY)
+		note_crash(true);
+}
+
+/* Raise the ERROR that says why the pool cannot be used. */
+void
+amr_pool_report_unusable(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("amrtree PMEM pool \"%s\" is not usable: %s",
+					amr_pool_path_display(), pool_error_msg),
+			 pool_error_detail[0] ? errdetail("%s", pool_error_detail) : 0,
+			 pool_error_hint[0] ? errhint("%s", pool_error_hint) : 0));
+}
