@@ -139,6 +139,7 @@ amr_tree_free_storage(uint32 tree_no)
 	AmrTree    *t = &s->trees[tree_no];
 	uint32		generation = rec->generation;
 	uint32		id;
+	uint64		word;
 
 	if (rec->state == AMR_TREE_FREE)
 		return;
@@ -148,12 +149,8 @@ amr_tree_free_storage(uint32 tree_no)
 	/* publish lock first, as everywhere: amrtree_check sees no half state */
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
 	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
-	for (id = 0; id < s->lt_capacity; id++)
+	for (id = 0; amr_lt_next_of_tree(s, tree_no, generation, &id, &word); id++)
 	{
-		uint64		word = amr_lt_word(s, id);
-
-		if (!amr_lt_owned_by(s, id, word, tree_no, generation))
-			continue;
 		LWLockAcquire(amr_leaf_lock(id), LW_EXCLUSIVE);
 		amr_leaf_free(t, id);
 		LWLockRelease(amr_leaf_lock(id));

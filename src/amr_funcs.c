@@ -385,20 +385,17 @@ check_leaves(Relation index, AmrTree *t)
 	AmrLeaf    *leaf = amr_alloc_leaf_buffer();
 	uint64		entries = 0;
 	uint32		id;
+	uint64		word;
 
-	for (id = 0; id < s->lt_capacity; id++)
+	for (id = 0; amr_lt_next_of_tree(s, t->tree_no, t->generation, &id, &word); id++)
 	{
 		AmrLeafTableEntry *e = &s->lt[id];
-		uint64		word = amr_lt_word(s, id);
 		AmrFBox		mbr;
 		bool		nulls;
 		uint64		i;
 		uint64		live;
 
-		if ((id & 0xFFF) == 0)
-			CHECK_FOR_INTERRUPTS();
-		if (!amr_lt_owned_by(s, id, word, t->tree_no, t->generation))
-			continue;
+		CHECK_FOR_INTERRUPTS();
 
 reread:
 		/* the persistent image, not a DRAM copy */
@@ -553,13 +550,10 @@ static void
 count_leaves(const AmrTree *t, uint64 *pmem_leaves, uint64 *ssd_leaves)
 {
 	uint32		id;
+	uint64		word;
 
-	for (id = 0; id < amr_store.lt_capacity; id++)
+	for (id = 0; amr_lt_next_of_tree(&amr_store, t->tree_no, t->generation, &id, &word); id++)
 	{
-		uint64		word = amr_lt_word(&amr_store, id);
-
-		if (!amr_lt_owned_by(&amr_store, id, word, t->tree_no, t->generation))
-			continue;
 		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 			(*pmem_leaves)++;
 		else if (AMR_WORD_TIER(word) == AMR_TIER_SSD)
@@ -697,16 +691,13 @@ amrtree_leaf_entries(PG_FUNCTION_ARGS)
 		Relation	index = (Relation) lfirst(lc);
 		AmrTree    *t = amr_tree_open(index);
 		uint32		id;
+		uint64		word;
 
-		for (id = 0; id < amr_store.lt_capacity; id++)
+		for (id = 0; amr_lt_next_of_tree(&amr_store, t->tree_no, t->generation, &id, &word); id++)
 		{
-			uint64		word = amr_lt_word(&amr_store, id);
 			uint64		i;
 
-			if ((id & 0xFFF) == 0)
-				CHECK_FOR_INTERRUPTS();
-			if (!amr_lt_owned_by(&amr_store, id, word, t->tree_no, t->generation))
-				continue;
+			CHECK_FOR_INTERRUPTS();
 			if (amr_leaf_read(index, t, id, buf, NULL, NULL) == 0)
 				continue;
 			for (i = 0; i < buf->hdr.nentries; i++)
@@ -754,20 +745,17 @@ amrtree_leaf_table(PG_FUNCTION_ARGS)
 	{
 		AmrTree    *t = amr_tree_open((Relation) lfirst(lc));
 		uint32		id;
+		uint64		word;
 
-		for (id = 0; id < s->lt_capacity; id++)
+		for (id = 0; amr_lt_next_of_tree(s, t->tree_no, t->generation, &id, &word); id++)
 		{
 			const AmrLeafTableEntry *e = &s->lt[id];
-			uint64		word = amr_lt_word(s, id);
 			Datum		values[6];
 			bool		nulls[6] = {0};
 			AmrFBox		m;
 			int32		entries;
 
-			if ((id & 0xFFFF) == 0)
-				CHECK_FOR_INTERRUPTS();
-			if (!amr_lt_owned_by(s, id, word, t->tree_no, t->generation))
-				continue;
+			CHECK_FOR_INTERRUPTS();
 			if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 			{
 				LWLockAcquire(amr_leaf_lock(id), LW_SHARED);

@@ -209,6 +209,24 @@ amr_lt_owned_by(const AmrStore *s, uint32_t leaf_id, uint64_t word,
 		e->tree_generation == generation;
 }
 
+/*
+ * The next leaf of tree (tree_no, generation) at or after *id: sets *id and
+ * *word and returns true, or returns false at the end of the Leaf Table.
+ * Iterate with: for (id = 0; amr_lt_next_of_tree(s, no, gen, &id, &word); id++)
+ */
+static inline bool
+amr_lt_next_of_tree(const AmrStore *s, uint32_t tree_no, uint32_t generation,
+					uint32_t *id, uint64_t *word)
+{
+	for (; *id < s->lt_capacity; (*id)++)
+	{
+		*word = amr_lt_word(s, *id);
+		if (amr_lt_owned_by(s, *id, *word, tree_no, generation))
+			return true;
+	}
+	return false;
+}
+
 static inline AmrFBox
 amr_lt_mbr(const AmrStore *s, uint32_t leaf_id, uint64_t word)
 {

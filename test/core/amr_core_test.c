@@ -16,113 +16,13 @@
 #include "amr_policy.h"
 #include "amr_tree.h"
 
-static int	failures = 0;
-static char failmsg[512];
-
-#define CHECK(cond, ...) \
-	do { \
-		if (!(cond)) { \
-			snprintf(failmsg, sizeof(failmsg), __VA_ARGS__); \
-			return false; \
-		} \
-	} while (0)
-
-/* deterministic PRNG (splitmix64) */
-static uint64_t rng_state = 12345;
-
-static uint64_t
-rng_next(void)
-{
-	uint64_t	z = (rng_state += UINT64_C(0x9E3779B97F4A7C15));
-
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
-
-static double
-rnd(void)
-{
-	return (double) (rng_next() >> 11) / 9007199254740992.0;
-}
-
-/* ---- a store in plain memory ---- */
-
 #define T_SLOTS 60000
 #define T_NODES 20000
-
-static AmrStore st;
-static void *slot_mem;
-
-static void
-store_init(void)
-{
-	size_t		bsz;
-
-	memset(&st, 0, sizeof(st));
-	slot_mem = aligned_alloc(AMR_SLOT_SIZE, (size_t) T_SLOTS * AMR_SLOT_SIZE);
-	st.pmem_slots = slot_mem;
-	st.pmem_nslots = T_SLOTS;
-	st.lt = aligned_alloc(64, sizeof(AmrLeafTableEntry) * T_SLOTS);
-	memset(st.lt, 0, sizeof(AmrLeafTableEntry) * T_SLOTS);
-	st.lt_capacity = T_SLOTS;
-	st.tree_records = calloc(AMR_MAX_TREES, sizeof(AmrTreeRecord));
-	bsz = amr_bitmap_size(T_SLOTS);
-	st.pmem_used = malloc(bsz);
-	amr_bitmap_init(st.pmem_used, T_SLOTS);
-	st.leaf_ids_used = malloc(bsz);
-	amr_bitmap_init(st.leaf_ids_used, T_SLOTS);
-	st.nodes_used = malloc(amr_bitmap_size(T_NODES));
-	amr_bitmap_init(st.nodes_used, T_NODES);
-	st.nodes = calloc(T_NODES, sizeof(AmrInnerNode));
-	st.nnodes = T_NODES;
-	st.leaves = calloc(T_SLOTS, sizeof(AmrLeafVolatile));
-	st.trees = calloc(AMR_MAX_TREES, sizeof(AmrTree));
-}
-
-static void
-store_free(void)
-{
-	free(slot_mem);
-	free(st.lt);
-	free(st.tree_records);
-	free(st.pmem_used);
-	free(st.leaf_ids_used);
-	free(st.nodes_used);
-	free(st.nodes);
-	free(st.leaves);
-	free(st.trees);
-}
-
-static AmrTree *
-new_tree(uint32_t no)
-{
-	AmrTree    *t = &st.trees[no];
-
-	memset(t, 0, sizeof(*t));
-	t->tree_no = no;
-	t->generation = 1;
-	t->root = t->null_root = AMR_INVALID_NODE;
-	if (amr_tree_init_empty(&st, t) != AMR_OK)
-		abort();
-	return t;
-}
-
-static void *
-test_realloc(void *p, size_t size, void *arg)
-{
-	(void) arg;
-	return realloc(p, size);
-}
+#define RNG_SEED 12345
+#include "amr_test_support.h"
 
 /* ---- data ---- */
 
-typedef struct Row
-{
-	AmrBox		b;
-	bool		isnull;
-	uint32_t	id;
-} Row;
 
 static AmrBox
 random_box(int kind)
@@ -178,30 +78,6 @@ row_kind(void)
 	if (r < 60)
 		return 3;
 	return 4;
-}
-
-static AmrLeafEntry
-make_entry(const Row *r)
-{
-	AmrLeafEntry e;
-
-	memset(&e, 0, sizeof(e));
-	if (r->isnull)
-		e.flags = AMR_ENTRY_FLAG_NULL;
-	else
-		e.key = r->b;
-	/* the row id travels in the TID fields */
-	e.tid_blk_hi = (uint16_t) (r->id >> 16);
-	e.tid_blk_lo = (uint16_t) (r->id & 0xFFFF);
-	e.tid_off = 1;
-	e.insert_lsn = r->id;
-	return e;
-}
-
-static uint32_t
-entry_row(const AmrLeafEntry *e)
-{
-	return ((uint32_t) e->tid_blk_hi << 16) | e->tid_blk_lo;
 }
 
 /* Every leaf of a scan's candidates, entries tested exactly: the rows. */
@@ -789,16 +665,10 @@ test_budget(void)
 	return true;
 }
 
-typedef bool (*TestFn) (void);
-
 int
 main(void)
 {
-	struct
-	{
-		const char *name;
-		TestFn		fn;
-	}			tests[] = {
+	static const TestCase tests[] = {
 		{"bitmap", test_bitmap},
 		{"float4_rounding_covers", test_rounding},
 		{"inner_predicates_are_conservative", test_inner_is_conservative},
@@ -811,21 +681,6 @@ main(void)
 		{"slot_reserve_by_purpose", test_slot_purposes},
 		{"budget_arithmetic", test_budget},
 	};
-	size_t		i;
 
-	amr_persist_init(AMR_PERSIST_CLWB);
-	for (i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
-	{
-		failmsg[0] = '\0';
-		if (tests[i].fn())
-			printf("ok %s\n", tests[i].name);
-		else
-		{
-			printf("FAIL %s: %s\n", tests[i].name, failmsg);
-			failures++;
-		}
-		fflush(stdout);
-	}
-	printf("ALL CORE TESTS RAN: %d failed\n", failures);
-	return failures ? 1 : 0;
+	return run_tests(tests, sizeof(tests) / sizeof(tests[0]), AMR_PERSIST_CLWB, "amr_core_test");
 }

@@ -20,117 +20,13 @@
 #include "amr_persist.h"
 #include "amr_tree.h"
 
-static int	failures = 0;
-static char failmsg[512];
-
-#define CHECK(cond, ...) \
-	do { \
-		if (!(cond)) { \
-			snprintf(failmsg, sizeof(failmsg), __VA_ARGS__); \
-			return false; \
-		} \
-	} while (0)
-
-/* deterministic PRNG (splitmix64) */
-static uint64_t rng_state = 4242;
-
-static uint64_t
-rng_next(void)
-{
-	uint64_t	z = (rng_state += UINT64_C(0x9E3779B97F4A7C15));
-
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
-
-static double
-rnd(void)
-{
-	return (double) (rng_next() >> 11) / 9007199254740992.0;
-}
-
-/* ---- a store in plain memory (as in amr_core_test.c) ---- */
-
 #define T_SLOTS 16384
 #define T_NODES 4096
-
-static AmrStore st;
-static void *slot_mem;
-
-static void
-store_init(void)
-{
-	size_t		bsz;
-
-	memset(&st, 0, sizeof(st));
-	slot_mem = aligned_alloc(AMR_SLOT_SIZE, (size_t) T_SLOTS * AMR_SLOT_SIZE);
-	st.pmem_slots = slot_mem;
-	st.pmem_nslots = T_SLOTS;
-	st.lt = aligned_alloc(64, sizeof(AmrLeafTableEntry) * T_SLOTS);
-	memset(st.lt, 0, sizeof(AmrLeafTableEntry) * T_SLOTS);
-	st.lt_capacity = T_SLOTS;
-	st.tree_records = calloc(AMR_MAX_TREES, sizeof(AmrTreeRecord));
-	bsz = amr_bitmap_size(T_SLOTS);
-	st.pmem_used = malloc(bsz);
-	amr_bitmap_init(st.pmem_used, T_SLOTS);
-	st.leaf_ids_used = malloc(bsz);
-	amr_bitmap_init(st.leaf_ids_used, T_SLOTS);
-	st.nodes_used = malloc(amr_bitmap_size(T_NODES));
-	amr_bitmap_init(st.nodes_used, T_NODES);
-	st.nodes = calloc(T_NODES, sizeof(AmrInnerNode));
-	st.nnodes = T_NODES;
-	st.leaves = calloc(T_SLOTS, sizeof(AmrLeafVolatile));
-	st.trees = calloc(AMR_MAX_TREES, sizeof(AmrTree));
-}
-
-static void
-store_free(void)
-{
-	free(slot_mem);
-	free(st.lt);
-	free(st.tree_records);
-	free(st.pmem_used);
-	free(st.leaf_ids_used);
-	free(st.nodes_used);
-	free(st.nodes);
-	free(st.leaves);
-	free(st.trees);
-}
-
-static AmrTree *
-new_tree(uint32_t no)
-{
-	AmrTree    *t = &st.trees[no];
-
-	memset(t, 0, sizeof(*t));
-	t->tree_no = no;
-	t->generation = 1;
-	t->root = t->null_root = AMR_INVALID_NODE;
-	if (amr_tree_init_empty(&st, t) != AMR_OK)
-		abort();
-	return t;
-}
-
-/* counts its calls, so that tests can see whether a rescan allocated */
-static uint64_t realloc_calls = 0;
-
-static void *
-test_realloc(void *p, size_t size, void *arg)
-{
-	(void) arg;
-	realloc_calls++;
-	return realloc(p, size);
-}
+#define RNG_SEED 4242
+#include "amr_test_support.h"
 
 /* ---- data ---- */
 
-typedef struct Row
-{
-	AmrBox		b;
-	bool		isnull;
-	uint32_t	id;
-} Row;
 
 static AmrBox
 box_of(double xlo, double ylo, double xhi, double yhi)
@@ -200,29 +96,6 @@ make_rows(size_t n, uint32_t first_id)
 		rows[i].b = random_row_box();
 	}
 	return rows;
-}
-
-static AmrLeafEntry
-make_entry(const Row *r)
-{
-	AmrLeafEntry e;
-
-	memset(&e, 0, sizeof(e));
-	if (r->isnull)
-		e.flags = AMR_ENTRY_FLAG_NULL;
-	else
-		e.key = r->b;
-	e.tid_blk_hi = (uint16_t) (r->id >> 16);
-	e.tid_blk_lo = (uint16_t) (r->id & 0xFFFF);
-	e.tid_off = 1;
-	e.insert_lsn = r->id;
-	return e;
-}
-
-static uint32_t
-entry_row(const AmrLeafEntry *e)
-{
-	return ((uint32_t) e->tid_blk_hi << 16) | e->tid_blk_lo;
 }
 
 static AmrPoint
@@ -1198,16 +1071,10 @@ test_knn_restart_drops_returned(void)
 	return true;
 }
 
-typedef bool (*TestFn) (void);
-
 int
 main(void)
 {
-	struct
-	{
-		const char *name;
-		TestFn		fn;
-	}			tests[] = {
+	static const TestCase tests[] = {
 		{"knn_box_point_distance_matches_postgres", test_box_point_golden},
 		{"knn_point_point_distance_matches_postgres", test_point_point_golden},
 		{"knn_float4_lower_bound_holds", test_lower_bound},
@@ -1220,21 +1087,6 @@ main(void)
 		{"knn_splits_during_search", test_knn_concurrent_splits},
 		{"knn_restart_drops_what_was_returned", test_knn_restart_drops_returned},
 	};
-	size_t		i;
 
-	amr_persist_init(AMR_PERSIST_NOP);
-	for (i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
-	{
-		failmsg[0] = '\0';
-		if (tests[i].fn())
-			printf("ok %s\n", tests[i].name);
-		else
-		{
-			printf("FAIL %s: %s\n", tests[i].name, failmsg);
-			failures++;
-		}
-		fflush(stdout);
-	}
-	printf("ALL CORE TESTS RAN: %d failed (amr_knn_test)\n", failures);
-	return failures ? 1 : 0;
+	return run_tests(tests, sizeof(tests) / sizeof(tests[0]), AMR_PERSIST_NOP, "amr_knn_test");
 }
