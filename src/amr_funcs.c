@@ -476,9 +476,9 @@ reread:
 
 		/* a DRAM copy (rule R6) must be the persistent image */
 		LWLockAcquire(amr_leaf_lock(id), LW_SHARED);
-		if (s->leaves[id].cache_slot >= 0 && amr_lt_word(s, id) == word)
+		if (s->leaves[id].dram_copy >= 0 && amr_lt_word(s, id) == word)
 		{
-			const AmrLeaf *c = &amr_leaf_cache[s->leaves[id].cache_slot];
+			const AmrLeaf *c = &amr_leaf_cache[s->leaves[id].dram_copy];
 
 			if (c->hdr.nentries != leaf->hdr.nentries ||
 				memcmp(c->entries, leaf->entries, leaf->hdr.nentries * sizeof(AmrLeafEntry)) != 0)
@@ -928,7 +928,7 @@ amrtree_tier_stats(PG_FUNCTION_ARGS)
 
 /*
  * amrtree_migration_stats(index): what the tier manager did since the
- * server started; for a partitioned index the sums (last_scan: the latest).
+ * server started; for a partitioned index the sums (last_scan, the latest pass: the maximum).
  */
 Datum
 amrtree_migration_stats(PG_FUNCTION_ARGS)
@@ -940,7 +940,7 @@ amrtree_migration_stats(PG_FUNCTION_ARGS)
 	Datum		values[7];
 	bool		nulls[7] = {0};
 	uint64		sums[6] = {0};
-	double		last_scan = 0;
+	double		last_pass = 0;
 	int			i;
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
@@ -957,18 +957,18 @@ amrtree_migration_stats(PG_FUNCTION_ARGS)
 		sums[2] += amr_counter_read(&t->bytes_moved);
 		sums[3] += amr_counter_read(&t->budget_demotions);
 		sums[4] += amr_counter_read(&t->rule_demotions);
-		sums[5] += amr_counter_read(&t->scans);
-		last_scan = Max(last_scan, t->last_scan);
+		sums[5] += amr_counter_read(&t->tier_passes);
+		last_pass = Max(last_pass, t->last_tier_pass);
 	}
 	close_inspected(indexes);
 
 	for (i = 0; i < 6; i++)
 		values[i] = Int64GetDatum((int64) sums[i]);
-	if (last_scan <= 0)
+	if (last_pass <= 0)
 		nulls[6] = true;
 	else
 		values[6] = TimestampTzGetDatum((TimestampTz)
-										((last_scan - (double) ((POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY))
+										((last_pass - (double) ((POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY))
 										 * USECS_PER_SEC));
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

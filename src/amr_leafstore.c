@@ -199,7 +199,7 @@ static bool
 needs_device_read(uint32 leaf_id, uint64 word)
 {
 	return AMR_WORD_TIER(word) == AMR_TIER_SSD &&
-		amr_store.leaves[leaf_id].cache_slot < 0 &&
+		amr_store.leaves[leaf_id].dram_copy < 0 &&
 		!amr_ssd_cache_holds(leaf_id, word);
 }
 
@@ -248,9 +248,9 @@ amr_leaf_read(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *buf,
 			*nsn = v->nsn;
 		if (rightlink)
 			*rightlink = v->rightlink;
-		if (v->cache_slot >= 0 || AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+		if (v->dram_copy >= 0 || AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 		{
-			const AmrLeaf *src = v->cache_slot >= 0 ? &amr_leaf_cache[v->cache_slot]
+			const AmrLeaf *src = v->dram_copy >= 0 ? &amr_leaf_cache[v->dram_copy]
 				: amr_leaf_pmem_image(index, t, leaf_id, &word);
 
 			memcpy(buf, src, amr_leaf_image_bytes(src));
@@ -346,9 +346,9 @@ amr_leaf_read_for_scan(Relation index, AmrTree *t, uint32 generation, uint32 lea
 	/* split after the scan collected its leaves: the moved entries are right */
 	if (v->nsn > start_nsn && v->rightlink != AMR_INVALID_LEAF)
 		*follow = v->rightlink;
-	if (v->cache_slot >= 0 || AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+	if (v->dram_copy >= 0 || AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 	{
-		const AmrLeaf *src = v->cache_slot >= 0 ? &amr_leaf_cache[v->cache_slot]
+		const AmrLeaf *src = v->dram_copy >= 0 ? &amr_leaf_cache[v->dram_copy]
 			: amr_leaf_pmem_image(index, t, leaf_id, &word);
 
 		memcpy(buf, src, amr_leaf_image_bytes(src));
@@ -497,13 +497,13 @@ amr_leaf_hold(AmrTree *t, uint32 leaf_id, const AmrLeaf *image)
 	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
 	int64		c;
 
-	if (v->cache_slot >= 0 || amr_leaf_cache_n == 0)
-		return v->cache_slot >= 0;
+	if (v->dram_copy >= 0 || amr_leaf_cache_n == 0)
+		return v->dram_copy >= 0;
 	c = amr_bitmap_alloc(amr_leaf_cache_used);
 	if (c < 0)
 		return false;
 	memcpy(&amr_leaf_cache[c], image, amr_leaf_image_bytes(image));
-	v->cache_slot = (int32) c;
+	v->dram_copy = (int32) c;
 	amr_counter_add(&t->dram_leaves, 1);
 	return true;
 }
@@ -513,10 +513,10 @@ amr_leaf_unhold(AmrTree *t, uint32 leaf_id)
 {
 	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
 
-	if (v->cache_slot < 0)
+	if (v->dram_copy < 0)
 		return;
-	amr_bitmap_clear(amr_leaf_cache_used, (uint64) v->cache_slot);
-	v->cache_slot = -1;
+	amr_bitmap_clear(amr_leaf_cache_used, (uint64) v->dram_copy);
+	v->dram_copy = -1;
 	amr_counter_sub(&t->dram_leaves, 1);
 }
 
@@ -526,8 +526,8 @@ amr_leaf_refresh_copy(uint32 leaf_id, const AmrLeaf *image)
 	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
 
 	/* write-through: the copy always equals the persistent image */
-	if (v->cache_slot >= 0)
-		memcpy(&amr_leaf_cache[v->cache_slot], image, amr_leaf_image_bytes(image));
+	if (v->dram_copy >= 0)
+		memcpy(&amr_leaf_cache[v->dram_copy], image, amr_leaf_image_bytes(image));
 }
 
 /* ---- hotness ---- */

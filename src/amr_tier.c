@@ -6,9 +6,15 @@
  *		2-4), run by the "amrtree tier manager" background worker every
  *		amrtree.scan_interval and on demand by amrtree_settle().
  *
- * One cycle over a tree:
+ * "Pass" here means one tier-manager cycle over a tree, never an index
+ * scan; the user-facing names amrtree.scan_interval and the "scans" and
+ * "last_scan" columns of amrtree_tier_stats() predate that distinction and
+ * are kept for compatibility.  Likewise "hold" is the R6 DRAM copy and
+ * "pin" only ever the scan pin VACUUM waits for (amr_pins.c).
  *
- *	scan      fold each leaf's access counts into its decayed scores and
+ * One pass over a tree:
+ *
+ *	gather    fold each leaf's access counts into its decayed scores and
  *			  apply the rules (core/amr_policy.c);
  *	R6        hold a DRAM copy of leaves in frequent splits, release it when
  *			  they calm down;
@@ -59,7 +65,7 @@ PGDLLEXPORT void amr_tier_worker_main(Datum arg);
 static AmrTree *held_tier_tree = NULL;
 static bool exit_callback_registered = false;
 
-/* Seconds since the Unix epoch, for the hotness decay and last_scan. */
+/* Seconds since the Unix epoch, for the hotness decay and last_tier_pass. */
 double
 amr_now_seconds(void)
 {
@@ -335,9 +341,9 @@ typedef struct TreeCands
 {
 	AmrCandidate *c;
 	size_t		n;
-	uint32	   *hold;			/* leaves to pin (R6) */
+	uint32	   *hold;			/* leaves to hold in DRAM (R6) */
 	size_t		nhold;
-	uint32	   *release;		/* leaves to unpin */
+	uint32	   *release;		/* leaves whose DRAM hold ends */
 	size_t		nrelease;
 } TreeCands;
 
@@ -355,7 +361,7 @@ gather(AmrTree *only, TreeCands *per_tree, double now, const AmrPolicyParams *p)
 		TreeCands  *tc;
 		AmrCandidate *c;
 		AmrRule		rule;
-		bool		pin;
+		bool		hold;
 		AmrWant		want;
 		AmrTree    *t;
 
@@ -369,20 +375,20 @@ gather(AmrTree *only, TreeCands *per_tree, double now, const AmrPolicyParams *p)
 			continue;
 		tc = &per_tree[only ? 0 : e->tree_no];
 		if (tc->c == NULL)
-			continue;			/* a tree not scanned in this cycle */
+			continue;			/* a tree not visited in this pass */
 
 		amr_hotness_fold(v, now, p->lambda);
-		want = amr_place(v, p, &rule, &pin);
-		if (pin && v->cache_slot < 0)
+		want = amr_place(v, p, &rule, &hold);
+		if (hold && v->dram_copy < 0)
 			tc->hold[tc->nhold++] = id;
-		else if (!pin && v->cache_slot >= 0)
+		else if (!hold && v->dram_copy >= 0)
 			tc->release[tc->nrelease++] = id;
 		c = &tc->c[tc->n++];
 		c->leaf_id = id;
 		c->tier = (uint8) AMR_WORD_TIER(word);
 		c->want = (uint8) want;
 		c->rule = (uint8) rule;
-		c->pinned = pin || v->cache_slot >= 0;
+		c->held = hold || v->dram_copy >= 0;
 		c->hotness = v->hotness;
 	}
 }
@@ -467,8 +473,8 @@ tree_cycle(AmrTree *t, TreeCands *tc, AmrLeaf *buf)
 		}
 	}
 	pfree(moves);
-	amr_counter_add(&t->scans, 1);
-	t->last_scan = amr_now_seconds();
+	amr_counter_add(&t->tier_passes, 1);
+	t->last_tier_pass = amr_now_seconds();
 	return moved;
 }
 
@@ -568,7 +574,7 @@ amr_tier_worker_main(Datum arg)
 	for (;;)
 	{
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 (long) amr_scan_interval_ms, PG_WAIT_EXTENSION);
+						 (long) amr_tier_pass_interval_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -585,7 +591,7 @@ amr_tier_worker_main(Datum arg)
 		 */
 		PG_TRY();
 		{
-			pgstat_report_activity(STATE_RUNNING, "scanning amrtree leaves");
+			pgstat_report_activity(STATE_RUNNING, "placing amrtree leaves");
 			amr_require_ready();
 			cycle_all();
 			pgstat_report_activity(STATE_IDLE, NULL);

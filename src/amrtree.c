@@ -32,7 +32,7 @@ char	   *amr_ssd_path = NULL;
 int			amr_ssd_size_mb = AMR_SSD_SIZE_DEFAULT_MB;
 int			amr_io_method_setting = AMR_IO_URING;
 int			amr_ssd_sync_setting = AMR_SSD_SYNC_FDATASYNC;
-int			amr_scan_interval_ms = AMR_SCAN_INTERVAL_DEFAULT_MS;
+int			amr_tier_pass_interval_ms = AMR_TIER_PASS_INTERVAL_DEFAULT_MS;
 double		amr_decay_lambda = AMR_DECAY_LAMBDA_DEFAULT;
 double		amr_promote_threshold = AMR_PROMOTE_THRESHOLD_DEFAULT;
 double		amr_demote_threshold = AMR_DEMOTE_THRESHOLD_DEFAULT;
@@ -218,11 +218,11 @@ define_gucs(void)
 							 0,
 							 NULL, NULL, NULL);
 	DefineCustomIntVariable("amrtree.scan_interval",
-							"Time between two scans of the tier manager.",
+							"Time between two passes of the tier manager.",
 							NULL,
-							&amr_scan_interval_ms,
-							AMR_SCAN_INTERVAL_DEFAULT_MS, AMR_SCAN_INTERVAL_MIN_MS,
-							AMR_SCAN_INTERVAL_MAX_MS,
+							&amr_tier_pass_interval_ms,
+							AMR_TIER_PASS_INTERVAL_DEFAULT_MS, AMR_TIER_PASS_INTERVAL_MIN_MS,
+							AMR_TIER_PASS_INTERVAL_MAX_MS,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);

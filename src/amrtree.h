@@ -48,9 +48,9 @@
 #define AMR_SSD_SIZE_DEFAULT_MB			1024
 #define AMR_SSD_SIZE_MIN_MB				0	/* no SSD tier */
 #define AMR_SSD_SIZE_MAX_MB				(1024 * 1024)
-#define AMR_SCAN_INTERVAL_DEFAULT_MS	1000
-#define AMR_SCAN_INTERVAL_MIN_MS		10
-#define AMR_SCAN_INTERVAL_MAX_MS		(3600 * 1000)
+#define AMR_TIER_PASS_INTERVAL_DEFAULT_MS	1000
+#define AMR_TIER_PASS_INTERVAL_MIN_MS		10
+#define AMR_TIER_PASS_INTERVAL_MAX_MS		(3600 * 1000)
 #define AMR_DECAY_LAMBDA_DEFAULT		0.1
 #define AMR_DECAY_LAMBDA_MIN			0.0
 #define AMR_DECAY_LAMBDA_MAX			100.0
@@ -89,7 +89,7 @@ extern char *amr_ssd_path;
 extern int	amr_ssd_size_mb;
 extern int	amr_io_method_setting;
 extern int	amr_ssd_sync_setting;
-extern int	amr_scan_interval_ms;
+extern int	amr_tier_pass_interval_ms;
 extern double amr_decay_lambda;
 extern double amr_promote_threshold;
 extern double amr_demote_threshold;

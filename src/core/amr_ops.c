@@ -213,7 +213,7 @@ amr_leaf_volatile_reset(AmrLeafVolatile *v)
 {
 	memset(v, 0, sizeof(*v));
 	v->rightlink = AMR_INVALID_LEAF;
-	v->cache_slot = -1;
+	v->dram_copy = -1;
 }
 
 void

@@ -40,12 +40,12 @@ amr_hotness_now(const AmrLeafVolatile *v, double now, double lambda)
 
 AmrWant
 amr_place(const AmrLeafVolatile *v, const AmrPolicyParams *p, AmrRule *rule,
-		  bool *pin_dram)
+		  bool *hold_in_dram)
 {
 	double		h = v->hotness;
 
-	*pin_dram = v->smo_hot >= p->psi;
-	if (*pin_dram)
+	*hold_in_dram = v->smo_hot >= p->psi;
+	if (*hold_in_dram)
 	{
 		*rule = AMR_RULE_R6;
 		return AMR_WANT_STAY;

@@ -20,7 +20,7 @@
  *	 otherwise                           stay (the hysteresis band)
  * With a finite PMEM budget, R5 gives way to the budget: PMEM keeps the
  * hottest leaves up to it and the coldest are demoted when it is exceeded.
- * R1/R2 (inner nodes pinned in DRAM) hold by construction.
+ * R1/R2 (inner nodes kept in DRAM) hold by construction.
  *
  *-------------------------------------------------------------------------
  */
@@ -62,7 +62,7 @@ extern double amr_hotness_now(const AmrLeafVolatile *v, double now, double lambd
 
 /* Apply the rules to folded scores; *rule says which one decided. */
 extern AmrWant amr_place(const AmrLeafVolatile *v, const AmrPolicyParams *p,
-						 AmrRule *rule, bool *pin_dram);
+						 AmrRule *rule, bool *hold_in_dram);
 
 /* One leaf of a tree as the planner sees it. */
 typedef struct AmrCandidate
@@ -71,7 +71,7 @@ typedef struct AmrCandidate
 	uint8_t		tier;			/* AMR_TIER_PMEM or AMR_TIER_SSD */
 	uint8_t		want;			/* AmrWant */
 	uint8_t		rule;			/* AmrRule */
-	uint8_t		pinned;			/* R6: has a DRAM copy (informational) */
+	uint8_t		held;			/* R6: held in DRAM (informational) */
 	float		hotness;
 } AmrCandidate;
 

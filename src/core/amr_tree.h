@@ -65,7 +65,7 @@ typedef struct AmrLeafVolatile
 	uint32_t	reads_pending;
 	uint32_t	writes_pending;
 	uint32_t	splits_pending;
-	int32_t		cache_slot;		/* DRAM copy (rule R6), or -1 */
+	int32_t		dram_copy;		/* R6 hold: slot of its DRAM copy, or -1 */
 	uint32_t	ssd_cache_hint; /* SSD cache slot + 1 that last held a
 								 * copy, 0 if none (amr_ssdcache.c) */
 	/* decayed scores, maintained by the tier manager (paper 3.5) */
@@ -106,8 +106,8 @@ typedef struct AmrTree
 	uint64_t	rule_demotions;
 	uint64_t	write_promotions;	/* SSD leaves rewritten to PMEM by writes */
 	uint64_t	bytes_moved;
-	uint64_t	scans;
-	double		last_scan;		/* seconds since the Unix epoch, 0 = never */
+	uint64_t	tier_passes;	/* tier-manager passes over this tree */
+	double		last_tier_pass;	/* seconds since the Unix epoch, 0 = never */
 	/* lifecycle */
 	uint32_t	drops_pending;	/* atomic: transactions that will drop this
 								 * tree if they commit */
