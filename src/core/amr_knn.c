@@ -198,6 +198,28 @@ read_root(AmrKnnSearch *s)
 		push_node(s, root, 0.0);
 }
 
+/* Move a[root] down the max-heap a[0..n) until both children are smaller. */
+static void
+seq_sift_down(uint64_t *a, size_t root, size_t n)
+{
+	for (;;)
+	{
+		size_t		child = 2 * root + 1;
+		uint64_t	tmp;
+
+		if (child >= n)
+			break;
+		if (child + 1 < n && a[child + 1] > a[child])
+			child++;
+		if (a[root] >= a[child])
+			break;
+		tmp = a[root];
+		a[root] = a[child];
+		a[child] = tmp;
+		root = child;
+	}
+}
+
 /* In-place heapsort: restarts are rare, but qsort() may call malloc(). */
 static void
 sort_seqs(uint64_t *a, size_t n)
@@ -206,48 +228,14 @@ sort_seqs(uint64_t *a, size_t n)
 				start;
 
 	for (start = n / 2; start-- > 0;)
-	{
-		size_t		root = start;
-
-		for (;;)
-		{
-			size_t		child = 2 * root + 1;
-			uint64_t	tmp;
-
-			if (child >= n)
-				break;
-			if (child + 1 < n && a[child + 1] > a[child])
-				child++;
-			if (a[root] >= a[child])
-				break;
-			tmp = a[root];
-			a[root] = a[child];
-			a[child] = tmp;
-			root = child;
-		}
-	}
+		seq_sift_down(a, start, n);
 	for (end = n; end > 1; end--)
 	{
-		size_t		root = 0;
 		uint64_t	tmp = a[0];
 
 		a[0] = a[end - 1];
 		a[end - 1] = tmp;
-		for (;;)
-		{
-			size_t		child = 2 * root + 1;
-
-			if (child >= end - 1)
-				break;
-			if (child + 1 < end - 1 && a[child + 1] > a[child])
-				child++;
-			if (a[root] >= a[child])
-				break;
-			tmp = a[root];
-			a[root] = a[child];
-			a[child] = tmp;
-			root = child;
-		}
+		seq_sift_down(a, 0, end - 1);
 	}
 }
 
