@@ -38,7 +38,9 @@ OBJS = \
 	src/amr_ssdcache.o \
 	src/amr_tier.o \
 	src/amr_vacuum.o \
-	src/amr_validate.o
+	src/amr_validate.o \
+	src/amr_wal.o \
+	src/amr_walredo.o
 
 SHLIB_LINK += -lpmemobj -lpmem -luring -lm
 PG_CPPFLAGS += -I$(srcdir)/src

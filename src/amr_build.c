@@ -8,9 +8,10 @@
  * filled to the index's fillfactor (90% by default, as GiST's), which are
  * written sequentially to PMEM
  * slots with non-temporal stores and published in the Leaf Table one by one.
- * The inner levels are packed the same way from the leaf boxes.  No WAL is
- * written for the tree (it is rebuilt from the Leaf Table, not replayed),
- * only for the metapage.
+ * The inner levels are packed the same way from the leaf boxes.  The leaf
+ * images are logged in batches of AMR_WAL_MAX_IMAGES, as GiST logs its
+ * pages after a sorted build, and a last record tells replay to pack the
+ * inner levels itself (amr_walredo.c); the inner nodes are never logged.
  *
  * The tree is created BUILDING inside the transaction; if the build fails or
  * the transaction aborts, everything published so far is freed by the abort
@@ -20,6 +21,7 @@
  *-------------------------------------------------------------------------
  */
 #include "amr_leafstore.h"
+#include "amr_wal.h"
 
 #include "access/tableam.h"
 #include "catalog/index.h"
@@ -37,6 +39,41 @@
 #define AMR_PHASE_SORT			3
 #define AMR_PHASE_WRITE_LEAVES	4
 #define AMR_PHASE_INNER			5
+
+/* Leaf images published but not yet logged (see build_log_add). */
+typedef struct BuildLog
+{
+	bool		enabled;
+	AmrTree    *t;
+	int			n;
+	uint32		ids[AMR_WAL_MAX_IMAGES];
+	const AmrLeaf *imgs[AMR_WAL_MAX_IMAGES];
+} BuildLog;
+
+static void
+build_log_flush(BuildLog *bl)
+{
+	if (bl->n > 0)
+		(void) amr_wal_images(bl->t, AMR_IMAGE_BUILD, bl->n, bl->ids, bl->imgs, NULL);
+	bl->n = 0;
+}
+
+/*
+ * Log a published leaf, batched.  img must stay valid until the next flush:
+ * the PMEM slot itself, or an SSD batch image (flush_batch flushes the log
+ * before it reuses them).  Logging after publishing is safe for a BUILDING
+ * tree: a crash in between drops the whole tree.
+ */
+static void
+build_log_add(BuildLog *bl, uint32 leaf_id, const AmrLeaf *img)
+{
+	if (!bl->enabled)
+		return;
+	bl->ids[bl->n] = leaf_id;
+	bl->imgs[bl->n] = img;
+	if (++bl->n == AMR_WAL_MAX_IMAGES)
+		build_log_flush(bl);
+}
 
 typedef struct AmrBuildState
 {
@@ -160,10 +197,10 @@ publish_leaf(AmrTree *t, uint32 leaf_id, uint32 tier, uint32 slot, const AmrLeaf
 	amr_counter_add(&t->nentries, img->hdr.nentries);
 }
 
-/* Make the batch durable with one sync, then publish it. */
+/* Make the batch durable with one sync, then publish and log it. */
 static void
 flush_batch(Relation index, AmrTree *t, SsdBatch *b, bool nulls,
-			AmrPackItem *leaf_items, Size *nleaves)
+			AmrPackItem *leaf_items, Size *nleaves, BuildLog *bl)
 {
 	AmrLeaf    *imgs[SSD_BATCH];
 	int			i;
@@ -180,7 +217,9 @@ flush_batch(Relation index, AmrTree *t, SsdBatch *b, bool nulls,
 		publish_leaf(t, b->leaf_id[i], AMR_TIER_SSD, b->slot[i], &b->images[i],
 					 &b->mbr[i], nulls, &leaf_items[(*nleaves)++]);
 		AMR_FAULT_POINT("build:after_leaf_published");
+		build_log_add(bl, b->leaf_id[i], &b->images[i]);
 	}
+	build_log_flush(bl);
 	b->n = 0;
 }
 
@@ -199,7 +238,7 @@ release_batch(SsdBatch *b)
 
 static void
 build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
-		   bool nulls, XLogRecPtr lsn, Size *done)
+		   bool nulls, XLogRecPtr lsn, Size *done, BuildLog *bl)
 {
 	AmrStore   *s = &amr_store;
 	int			fill = amr_build_leaf_fill(index);
@@ -297,6 +336,7 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 					publish_leaf(t, leaf_id, tier, slot, dst, &mbr, nulls,
 								 &leaf_items[nleaves++]);
 					AMR_FAULT_POINT("build:after_leaf_published");
+					build_log_add(bl, leaf_id, amr_pmem_slot(s, slot));
 				}
 				else
 				{
@@ -305,7 +345,7 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 					batch.mbr[batch.n] = mbr;
 					batch.n++;
 					if (batch.n == SSD_BATCH)
-						flush_batch(index, t, &batch, nulls, leaf_items, &nleaves);
+						flush_batch(index, t, &batch, nulls, leaf_items, &nleaves, bl);
 				}
 				*done += take;
 				if (batch.n == 0)
@@ -318,7 +358,8 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 			}
 		}
 		if (batch.n > 0)
-			flush_batch(index, t, &batch, nulls, leaf_items, &nleaves);
+			flush_batch(index, t, &batch, nulls, leaf_items, &nleaves, bl);
+		build_log_flush(bl);
 		if (locked)
 		{
 			LWLockRelease(&amr_shared->publish_lock);
@@ -362,6 +403,7 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 	XLogRecPtr	lsn;
 	Size		done = 0;
 	bool		unlogged = index->rd_rel->relpersistence == RELPERSISTENCE_UNLOGGED;
+	BuildLog	bl;
 
 	amr_require_ready();
 	if (RelationGetNumberOfBlocks(index) != 0)
@@ -385,8 +427,13 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 	lsn = amr_insert_lsn();
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL,
 								 (int64) (bs.nboxes + bs.nnulls));
-	build_side(index, t, bs.boxes, bs.nboxes, false, lsn, &done);
-	build_side(index, t, bs.nulls, bs.nnulls, true, lsn, &done);
+	memset(&bl, 0, sizeof(bl));
+	bl.t = t;
+	bl.enabled = amr_wal_wanted(t, index);
+	build_side(index, t, bs.boxes, bs.nboxes, false, lsn, &done, &bl);
+	build_side(index, t, bs.nulls, bs.nnulls, true, lsn, &done, &bl);
+	if (bl.enabled)
+		amr_wal_tree_built(t);
 
 	amr_metapage_write(index, MAIN_FORKNUM, tree_no);
 	AMR_FAULT_POINT("build:after_metapage");

@@ -37,6 +37,7 @@
  *-------------------------------------------------------------------------
  */
 #include "amr_leafstore.h"
+#include "amr_wal.h"
 
 #include "access/transam.h"
 #include "access/xact.h"
@@ -143,6 +144,9 @@ amr_tree_free_storage(uint32 tree_no)
 
 	if (rec->state == AMR_TREE_FREE)
 		return;
+	/* WAL first: replay frees the tree even if we crash half-way */
+	if (rec->state != AMR_TREE_DROPPED)
+		amr_wal_tree_drop(rec);
 	persist_u32(&rec->state, AMR_TREE_DROPPED);
 	AMR_FAULT_POINT("drop:after_dropped_state");
 
@@ -163,6 +167,17 @@ amr_tree_free_storage(uint32 tree_no)
 	LWLockAcquire(&amr_shared->directory_lock, LW_EXCLUSIVE);
 	persist_u32(&rec->state, AMR_TREE_FREE);
 	LWLockRelease(&amr_shared->directory_lock);
+}
+
+void
+amr_tree_mark_broken(uint32 tree_no)
+{
+	AmrTreeRecord *rec = &amr_store.tree_records[tree_no];
+
+	if (rec->flags & AMR_TREE_FLAG_BROKEN)
+		return;
+	rec->flags |= AMR_TREE_FLAG_BROKEN;
+	amr_persist(&rec->flags, sizeof(rec->flags));
 }
 
 /* The index's placement options, parsed: budget kind and value, tiering. */
@@ -294,6 +309,7 @@ amr_tree_create(Relation index, bool unlogged)
 		parse_placement_options(index, &kind, &value, &tiering);
 		sync_placement(t, kind, value, tiering);
 	}
+	(void) amr_wal_tree_create(index, tree_no, rec);
 
 	/*
 	 * An older tree of the same storage -- an index rebuilt in place, in the
@@ -390,7 +406,59 @@ tree_missing(Relation index, const char *why)
 			 errmsg("amrtree index \"%s\" has no tree in the PMEM pool",
 					RelationGetRelationName(index)),
 			 errdetail("%s", why),
+			 RecoveryInProgress() ?
+			 errhint("Copy the primary's pool to this standby (see \"Hot standby\" in the amrtree user guide), or REINDEX INDEX %s on the primary.",
+					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(index)),
+												RelationGetRelationName(index))) :
 			 errhint("Rebuild it: REINDEX INDEX %s;",
+					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(index)),
+												RelationGetRelationName(index)))));
+}
+
+/*
+ * The live tree keyed by the index's storage: the one the metapage names
+ * if it still has that storage and generation (the usual case, also on a
+ * standby whose pool is a copy of the primary's), else any live tree with
+ * that storage (trees WAL replay created in a pool of the standby's own).
+ * UINT32_MAX if none.
+ */
+static uint32
+find_tree_of(Relation index, const AmrMetaPageData *meta)
+{
+	Oid			spc = index_tablespace(index);
+	Oid			relfilenode = index->rd_node.relNode;
+	uint32		best = UINT32_MAX;
+	uint32		tn;
+
+	if (meta->tree_no < AMR_MAX_TREES)
+	{
+		AmrTreeRecord *rec = &amr_store.tree_records[meta->tree_no];
+
+		if (rec->generation == meta->tree_generation &&
+			tree_has_storage(rec, MyDatabaseId, spc, relfilenode, index->rd_backend))
+			return meta->tree_no;
+	}
+	for (tn = 0; tn < AMR_MAX_TREES; tn++)
+	{
+		AmrTreeRecord *rec = &amr_store.tree_records[tn];
+
+		/* of two (one superseded in place), the newer one */
+		if (tree_has_storage(rec, MyDatabaseId, spc, relfilenode, index->rd_backend) &&
+			(best == UINT32_MAX || rec->create_lsn > amr_store.tree_records[best].create_lsn))
+			best = tn;
+	}
+	return best;
+}
+
+static void
+tree_broken(Relation index)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INDEX_CORRUPTED),
+			 errmsg("amrtree index \"%s\" cannot be used on this server",
+					RelationGetRelationName(index)),
+			 errdetail("WAL replay could not keep its tree up to date; the server log says why."),
+			 errhint("REINDEX INDEX %s on the primary (a standby follows), or on this server once it is promoted.",
 					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(index)),
 												RelationGetRelationName(index)))));
 }
@@ -400,6 +468,7 @@ amr_tree_open_extended(Relation index, bool missing_ok)
 {
 	AmrRelCache *cache = (AmrRelCache *) index->rd_amcache;
 	AmrTreeRecord *rec;
+	AmrTree    *t;
 
 	amr_require_ready();
 
@@ -407,6 +476,7 @@ amr_tree_open_extended(Relation index, bool missing_ok)
 	{
 		Buffer		buf;
 		AmrMetaPageData meta;
+		uint32		tree_no;
 
 		if (RelationGetNumberOfBlocks(index) == 0)
 		{
@@ -425,21 +495,19 @@ amr_tree_open_extended(Relation index, bool missing_ok)
 					 errmsg("index \"%s\" is not an amrtree index or its metapage is damaged",
 							RelationGetRelationName(index)),
 					 errhint("REINDEX the index.")));
-		if (meta.pool_id != amr_shared->pool_id)
+		tree_no = find_tree_of(index, &meta);
+		if (tree_no == UINT32_MAX)
 		{
 			if (missing_ok)
 				return NULL;
-			tree_missing(index, "The index was built in a different PMEM pool (the pool was replaced, or the data directory was restored or upgraded).");
+			if (meta.pool_id != amr_shared->pool_id)
+				tree_missing(index, "The index was built in another PMEM pool: this server's pool was not copied from the server that built it (it was replaced, or lies outside the data directory that a base backup copied).");
+			tree_missing(index, "The tree recorded in the metapage was dropped or belongs to other storage.");
 		}
-		if (meta.tree_no >= AMR_MAX_TREES)
-			ereport(ERROR,
-					(errcode(ERRCODE_INDEX_CORRUPTED),
-					 errmsg("metapage of amrtree index \"%s\" names tree %u, beyond the directory",
-							RelationGetRelationName(index), meta.tree_no)));
 
 		cache = MemoryContextAlloc(index->rd_indexcxt, sizeof(AmrRelCache));
-		cache->tree_no = meta.tree_no;
-		cache->generation = meta.tree_generation;
+		cache->tree_no = tree_no;
+		cache->generation = amr_store.tree_records[tree_no].generation;
 		parse_placement_options(index, &cache->budget_kind, &cache->budget_value,
 								&cache->tiering);
 		index->rd_amcache = cache;
@@ -450,13 +518,33 @@ amr_tree_open_extended(Relation index, bool missing_ok)
 		!tree_has_storage(rec, MyDatabaseId, index_tablespace(index), index->rd_node.relNode,
 						  index->rd_backend))
 	{
+		/* replaced since we cached it (a standby replaying a rebuild): look again */
+		index->rd_amcache = NULL;
+		pfree(cache);
+		return amr_tree_open_extended(index, missing_ok);
+	}
+	if (rec->flags & AMR_TREE_FLAG_BROKEN)
+	{
 		if (missing_ok)
 			return NULL;
-		tree_missing(index, "The tree recorded in the metapage was dropped or belongs to other storage.");
+		tree_broken(index);
 	}
-	sync_placement(&amr_store.trees[cache->tree_no], cache->budget_kind, cache->budget_value,
-				   cache->tiering);
-	return &amr_store.trees[cache->tree_no];
+	t = &amr_store.trees[cache->tree_no];
+	if (RecoveryInProgress())
+	{
+		/* replay published a build's leaves: the first user builds the nodes */
+		if (t->inner_stale)
+		{
+			LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+			if (t->inner_stale)
+				amr_tree_rebuild_inner(t);
+			LWLockRelease(amr_tree_lock(t));
+		}
+		/* placement is replay's business here: nothing is written */
+		return t;
+	}
+	sync_placement(t, cache->budget_kind, cache->budget_value, cache->tiering);
+	return t;
 }
 
 AmrTree *

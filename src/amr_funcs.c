@@ -25,6 +25,7 @@
 #include "utils/geo_decls.h"
 #include "utils/tuplestore.h"
 #include "miscadmin.h"
+#include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -839,6 +840,8 @@ amrtree_settle(PG_FUNCTION_ARGS)
 	ListCell   *lc;
 	uint64		moved = 0;
 
+	/* a standby's leaves move only by WAL replay */
+	PreventCommandDuringRecovery("amrtree_settle()");
 	if (isnan(seconds) || seconds < 0 || seconds > 3600)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -90,7 +90,7 @@ try_append(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 						nwidened = amr_path_nodes_to_enlarge(s, &path, box, widened);
 					amr_path_enlarge(s, &path, box);
 				}
-				amr_leaf_append(t, leaf_id, leaf, e, box, dead);
+				amr_leaf_append(index, t, leaf_id, leaf, e, box, dead);
 				amr_counter_add(&t->nentries, 1);
 				done = true;
 			}
@@ -151,7 +151,7 @@ add_first_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 			root = nulls ? t->null_root : t->root;
 			leaf_id = r.new_leaf;
 			START_CRIT_SECTION();
-			amr_leaf_first_commit(t, e, img, nulls, &r);
+			amr_leaf_first_commit(index, t, e, img, nulls, &r);
 			amr_counter_add(&t->nentries, 1);
 			END_CRIT_SECTION();
 			done = true;
@@ -222,7 +222,8 @@ rewrite_with_entry(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls
 					amr_path_enlarge(s, &path, box);
 				}
 				START_CRIT_SECTION();
-				old = amr_leaf_switch(t, leaf_id, r.tier_left, r.slot_left, &mbr, img, true);
+				old = amr_leaf_switch(index, t, leaf_id, r.tier_left, r.slot_left, &mbr, img, true,
+									  AMR_LOG_REWRITE);
 				AMR_FAULT_POINT("rewrite:after_switch");
 				r.slot_left = AMR_INVALID_SLOT;
 				amr_counter_add(&t->nentries, 1);
@@ -334,7 +335,7 @@ split_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 						amr_path_enlarge(s, &path, box);
 					}
 					START_CRIT_SECTION();
-					amr_leaf_split_commit(t, leaf_id, word, &path, nulls, &r, left, right,
+					amr_leaf_split_commit(index, t, leaf_id, word, &path, nulls, &r, left, right,
 										  &lbox, &rbox);
 					amr_counter_add(&t->nentries, 1);
 					END_CRIT_SECTION();

@@ -9,6 +9,7 @@
  *-------------------------------------------------------------------------
  */
 #include "amr_leafstore.h"
+#include "amr_wal.h"
 
 #include "miscadmin.h"
 #include "utils/rel.h"
@@ -395,15 +396,49 @@ amr_leaf_write_ssd_batch(Relation index, const uint32 *slots, AmrLeaf **imgs, in
 	amr_ssd_flush(index);
 }
 
+/*
+ * Return the slot a leaf's old word referenced -- unless the leaf was
+ * suspect (its word named another leaf's slot in a torn copy of the pool,
+ * see AMR_LEAF_VOLATILE_SUSPECT): that slot is not its to give.
+ */
+static void
+release_old_slot(uint32 leaf_id, uint64 old_word)
+{
+	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
+
+	if (v->flags & AMR_LEAF_VOLATILE_SUSPECT)
+	{
+		v->flags &= ~AMR_LEAF_VOLATILE_SUSPECT;
+		return;
+	}
+	amr_free_word_slot(&amr_store, old_word);
+}
+
 uint64
-amr_leaf_switch(AmrTree *t, uint32 leaf_id, uint32 tier, uint32 slot, const AmrFBox *mbr,
-				const AmrLeaf *img, bool write)
+amr_leaf_switch(Relation index, AmrTree *t, uint32 leaf_id, uint32 tier, uint32 slot,
+				const AmrFBox *mbr, const AmrLeaf *img, bool write, AmrSwitchLog how)
 {
 	AmrStore   *s = &amr_store;
-	uint64		old = amr_lt_switch(s, leaf_id, tier, slot, mbr, img);
+	XLogRecPtr	lsn = InvalidXLogRecPtr;
+	bool		logged;
+	uint64		old;
+
+	logged = how != AMR_LOG_NONE && amr_wal_wanted(t, index) &&
+		(how == AMR_LOG_REWRITE || amr_wal_needs_image(leaf_id));
+	START_CRIT_SECTION();
+	if (logged)
+	{
+		amr_wal_hold_checkpoint();
+		lsn = amr_wal_images(t, how == AMR_LOG_REWRITE ? AMR_IMAGE_REWRITE : AMR_IMAGE_MOVE,
+							 1, &leaf_id, &img, NULL);
+	}
+	old = amr_lt_switch(s, leaf_id, tier, slot, mbr, img, lsn);
+	if (logged)
+		amr_wal_release_checkpoint();
+	END_CRIT_SECTION();
 
 	/* no reader can be reading the old slot: we hold the leaf exclusively */
-	amr_free_word_slot(s, old);
+	release_old_slot(leaf_id, old);
 	amr_leaf_refresh_copy(leaf_id, img);
 	/* a new SSD image is the likeliest to be read again soon */
 	if (tier == AMR_TIER_SSD)
@@ -413,16 +448,84 @@ amr_leaf_switch(AmrTree *t, uint32 leaf_id, uint32 tier, uint32 slot, const AmrF
 	return old;
 }
 
+/* Scratch image for logging a leaf whole from inside a critical section. */
+static AmrLeaf wal_image;
+
 void
-amr_leaf_append(AmrTree *t, uint32 leaf_id, AmrLeaf *leaf, const AmrLeafEntry *e,
-				const AmrFBox *box, int dead_pos)
+amr_leaf_append(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *leaf,
+				const AmrLeafEntry *e, const AmrFBox *box, int dead_pos)
 {
+	AmrLeafEntry stamped = *e;
+	bool		logged = amr_wal_wanted(t, index);
+	int			pos = dead_pos >= 0 ? dead_pos : (int) leaf->hdr.nentries;
+
+	START_CRIT_SECTION();
+	if (logged)
+	{
+		amr_wal_hold_checkpoint();
+		if (amr_wal_needs_image(leaf_id))
+		{
+			/* the leaf as the append leaves it, whole */
+			const AmrLeaf *img = &wal_image;
+			uint16		fresh = (uint16) pos;
+
+			memcpy(&wal_image, leaf, amr_leaf_image_bytes(leaf));
+			wal_image.entries[pos] = *e;
+			wal_image.entries[pos].insert_lsn = 0;
+			if (dead_pos < 0)
+				wal_image.hdr.nentries++;
+			stamped.insert_lsn = amr_wal_images(t, AMR_IMAGE_FULL, 1, &leaf_id, &img, &fresh);
+		}
+		else
+			stamped.insert_lsn = amr_wal_append(t, leaf_id, leaf->hdr.version, pos, e);
+	}
+
+	/*
+	 * A logged entry carries its record's end as its WAL position: after a
+	 * crash, an entry whose record did not survive is pruned, which also
+	 * covers its heap tuple (logged before), and replay recognises an entry
+	 * it already put in (amr_walredo.c).
+	 */
 	if (dead_pos < 0)
-		amr_leaf_append_pmem(&amr_store, leaf_id, leaf, e, box);
+		amr_leaf_append_pmem(&amr_store, leaf_id, leaf, &stamped, box);
 	else
-		amr_leaf_reuse_dead_pmem(&amr_store, leaf_id, leaf, dead_pos, e, box);
+		amr_leaf_reuse_dead_pmem(&amr_store, leaf_id, leaf, dead_pos, &stamped, box);
+	if (logged)
+		amr_wal_release_checkpoint();
+	END_CRIT_SECTION();
 	amr_leaf_refresh_copy(leaf_id, leaf);
 	amr_leaf_count_access(leaf_id, true);
+}
+
+void
+amr_leaf_mark_dead_many(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *leaf,
+						const uint16 *pos, int n)
+{
+	bool		logged = n > 0 && amr_wal_wanted(t, index);
+	int			i;
+
+	START_CRIT_SECTION();
+	if (logged)
+	{
+		amr_wal_hold_checkpoint();
+		if (amr_wal_needs_image(leaf_id))
+		{
+			const AmrLeaf *img = &wal_image;
+
+			memcpy(&wal_image, leaf, amr_leaf_image_bytes(leaf));
+			for (i = 0; i < n; i++)
+				wal_image.entries[pos[i]].flags |= AMR_ENTRY_FLAG_DEAD;
+			(void) amr_wal_images(t, AMR_IMAGE_FULL, 1, &leaf_id, &img, NULL);
+		}
+		else
+			(void) amr_wal_mark_dead(t, leaf_id, leaf->hdr.version, pos, n);
+	}
+	for (i = 0; i < n; i++)
+		amr_leaf_mark_dead_pmem(leaf, pos[i]);
+	if (logged)
+		amr_wal_release_checkpoint();
+	END_CRIT_SECTION();
+	amr_leaf_refresh_copy(leaf_id, leaf);
 }
 
 void
@@ -439,34 +542,73 @@ amr_leaf_publish(AmrTree *t, uint32 leaf_id, uint32 tier, uint32 slot, const Amr
 
 	amr_lt_publish_new(s, leaf_id, t->tree_no, t->generation,
 					   nulls ? AMR_LT_FLAG_NULLS : 0, AMR_INVALID_LEAF, 0,
-					   tier, slot, mbr, img);
+					   tier, slot, mbr, img, 0);
 	amr_leaf_volatile_reset(&s->leaves[leaf_id]);
 }
 
 void
-amr_leaf_first_commit(AmrTree *t, const AmrLeafEntry *e, const AmrLeaf *img,
+amr_leaf_first_commit(Relation index, AmrTree *t, const AmrLeafEntry *e, const AmrLeaf *img,
 					  bool nulls, AmrReservation *r)
 {
 	uint32		leaf_id = r->new_leaf;
 	uint32		tier = r->tier_left;
+	XLogRecPtr	lsn = InvalidXLogRecPtr;
+	bool		logged = amr_wal_wanted(t, index);
 
-	amr_first_leaf_commit(&amr_store, t, e, img, nulls, r);
+	Assert(CritSectionCount > 0);
+	if (logged)
+	{
+		amr_wal_hold_checkpoint();
+		lsn = amr_wal_images(t, AMR_IMAGE_NEW, 1, &leaf_id, &img, NULL);
+	}
+	amr_first_leaf_commit(&amr_store, t, e, img, nulls, r, lsn);
+	if (logged)
+	{
+		amr_wal_release_checkpoint();
+		amr_store.leaves[leaf_id].full_image_lsn = lsn;
+	}
 	if (tier == AMR_TIER_SSD)
 		amr_ssd_cache_put(t, leaf_id, amr_lt_word(&amr_store, leaf_id), img);
 	amr_leaf_count_access(leaf_id, true);
 }
 
 void
-amr_leaf_split_commit(AmrTree *t, uint32 leaf_id, uint64 word, const AmrPath *path,
-					  bool nulls, AmrReservation *r, const AmrLeaf *left, const AmrLeaf *right,
+amr_leaf_split_commit(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
+					  const AmrPath *path, bool nulls, AmrReservation *r,
+					  const AmrLeaf *left, const AmrLeaf *right,
 					  const AmrFBox *left_box, const AmrFBox *right_box)
 {
 	AmrStore   *s = &amr_store;
 	uint32		right_leaf = r->new_leaf;
 	uint32		tier_left = r->tier_left;
 	uint32		tier_right = r->tier_right;
+	uint64		old_word = word;
+	XLogRecPtr	lsn = InvalidXLogRecPtr;
+	bool		logged = amr_wal_wanted(t, index);
+	bool		suspect = (s->leaves[leaf_id].flags & AMR_LEAF_VOLATILE_SUSPECT) != 0;
 
-	amr_split_commit(s, t, leaf_id, word, path, nulls, r, left, right, left_box, right_box);
+	Assert(CritSectionCount > 0);
+	if (logged)
+	{
+		amr_wal_hold_checkpoint();
+		lsn = amr_wal_split(t, leaf_id, right_leaf, left, right);
+	}
+	amr_split_commit(s, t, leaf_id, word, path, nulls, r, left, right, left_box, right_box,
+					 lsn);
+	if (logged)
+	{
+		amr_wal_release_checkpoint();
+		/* both halves travel whole in the record */
+		s->leaves[leaf_id].full_image_lsn = lsn;
+		s->leaves[right_leaf].full_image_lsn = lsn;
+	}
+	/* the core returned the old slot: not the leaf's to give if suspect */
+	if (suspect)
+	{
+		amr_bitmap_set(AMR_WORD_TIER(old_word) == AMR_TIER_SSD ? s->ssd_used : s->pmem_used,
+					   AMR_WORD_SLOT(old_word));
+		s->leaves[leaf_id].flags &= ~AMR_LEAF_VOLATILE_SUSPECT;
+	}
 	amr_leaf_refresh_copy(leaf_id, left);
 	if (tier_left == AMR_TIER_SSD)
 		amr_ssd_cache_put(t, leaf_id, amr_lt_word(s, leaf_id), left);
@@ -484,7 +626,7 @@ amr_leaf_free(AmrTree *t, uint32 leaf_id)
 	amr_leaf_unhold(t, leaf_id);
 	word = amr_lt_release(s, leaf_id);
 	AMR_FAULT_POINT("drop:after_leaf_released");
-	amr_free_word_slot(s, word);
+	release_old_slot(leaf_id, word);
 	amr_bitmap_clear(s->leaf_ids_used, leaf_id);
 	amr_leaf_volatile_reset(&s->leaves[leaf_id]);
 }

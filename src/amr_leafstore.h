@@ -147,29 +147,51 @@ extern void amr_leaf_write_image(Relation index, uint32 tier, uint32 slot, AmrLe
 /* Write n images to SSD slots with one submission and one sync. */
 extern void amr_leaf_write_ssd_batch(Relation index, const uint32 *slots, AmrLeaf **imgs, int n);
 
+/* How a switch to a new image is logged (amr_wal.h). */
+typedef enum AmrSwitchLog
+{
+	AMR_LOG_REWRITE,			/* new contents: always logged, whole */
+	AMR_LOG_MOVE,				/* the same contents elsewhere: logged, whole,
+								 * only if the leaf needs a full image since
+								 * the last checkpoint (torn copies) */
+	AMR_LOG_NONE				/* not logged: WAL replay itself, and
+								 * recovery's own repairs (which log what
+								 * they leave, see amr_reconcile.c) */
+} AmrSwitchLog;
+
 /*
  * Switch a leaf to a new durable image in (tier, slot) with box mbr -- the
- * commit point -- and then do what follows every switch: return the old
+ * commit point -- logged as "how" says (for index, or NULL in processes
+ * without one), and then do what follows every switch: return the old
  * slot, refresh the DRAM copy (R6), keep an SSD image in the SSD cache, and
  * count a write access if "write".  Caller holds the leaf lock exclusively
  * (and the publish lock shared, since the slot was taken unreferenced).
  * Returns the old word.
  */
-extern uint64 amr_leaf_switch(AmrTree *t, uint32 leaf_id, uint32 tier, uint32 slot,
-							  const AmrFBox *mbr, const AmrLeaf *img, bool write);
+extern uint64 amr_leaf_switch(Relation index, AmrTree *t, uint32 leaf_id, uint32 tier,
+							  uint32 slot, const AmrFBox *mbr, const AmrLeaf *img,
+							  bool write, AmrSwitchLog how);
 
 /*
  * Append an entry to a PMEM leaf in place (into dead position dead_pos if
- * not -1), failure-atomically, refresh its DRAM copy and count the write.
- * Caller holds the leaf lock exclusively; the leaf has room.
+ * not -1), failure-atomically, logged (its insert_lsn becomes the record's
+ * end), refresh its DRAM copy and count the write.  Caller holds the leaf
+ * lock exclusively; the leaf has room.
  */
-extern void amr_leaf_append(AmrTree *t, uint32 leaf_id, AmrLeaf *leaf,
+extern void amr_leaf_append(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *leaf,
 							const AmrLeafEntry *e, const AmrFBox *box, int dead_pos);
 
 /*
- * Mark entry pos of a PMEM leaf dead in place (one persisted 2-byte store).
- * Caller holds the leaf lock exclusively and calls amr_leaf_refresh_copy
- * once it has marked what it marks.
+ * Mark entries pos[0..n) of a PMEM leaf dead in place, logged, and refresh
+ * its DRAM copy.  Caller holds the leaf lock exclusively.
+ */
+extern void amr_leaf_mark_dead_many(Relation index, AmrTree *t, uint32 leaf_id,
+									AmrLeaf *leaf, const uint16 *pos, int n);
+
+/*
+ * Mark entry pos of a PMEM leaf dead in place (one persisted 2-byte store),
+ * not logged: for recovery's own pruning, which logs the leaf afterwards.
+ * Caller holds the leaf lock exclusively and refreshes the DRAM copy.
  */
 extern void amr_leaf_mark_dead(AmrLeaf *leaf, int pos);
 
@@ -179,26 +201,27 @@ extern void amr_leaf_refresh_copy(uint32 leaf_id, const AmrLeaf *image);
 /*
  * Publish a new leaf of tree t (a build's): its Leaf Table entry with box
  * mbr, then its word (the commit point).  The image is durable in (tier,
- * slot).  Caller holds the publish lock shared.
+ * slot).  Not logged: a build logs its leaves in batches (amr_build.c).
+ * Caller holds the publish lock shared.
  */
 extern void amr_leaf_publish(AmrTree *t, uint32 leaf_id, uint32 tier, uint32 slot,
 							 const AmrLeaf *img, const AmrFBox *mbr, bool nulls);
 
 /*
- * A tree side's first leaf: publish r->new_leaf with image img (durable in
- * r->slot_left) and link it into the empty root.  Caller holds the tree
- * exclusively, in a critical section.
+ * A tree side's first leaf: log it, publish r->new_leaf with image img
+ * (durable in r->slot_left) and link it into the empty root.  Caller holds
+ * the tree exclusively, in a critical section.
  */
-extern void amr_leaf_first_commit(AmrTree *t, const AmrLeafEntry *e, const AmrLeaf *img,
-								  bool nulls, AmrReservation *r);
+extern void amr_leaf_first_commit(Relation index, AmrTree *t, const AmrLeafEntry *e,
+								  const AmrLeaf *img, bool nulls, AmrReservation *r);
 
 /*
- * Split commit: publish the right half, switch the left (the commit point),
- * update inner nodes (core amr_split_commit); then the switch's duties for
- * both halves.  Caller holds the tree and leaf exclusively, in a critical
- * section until it returns.
+ * Split commit: log the split, publish the right half, switch the left
+ * (the commit point), update inner nodes (core amr_split_commit); then the
+ * switch's duties for both halves.  Caller holds the tree and leaf
+ * exclusively, in a critical section until it returns.
  */
-extern void amr_leaf_split_commit(AmrTree *t, uint32 leaf_id, uint64 word,
+extern void amr_leaf_split_commit(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 								  const AmrPath *path, bool nulls, AmrReservation *r,
 								  const AmrLeaf *left, const AmrLeaf *right,
 								  const AmrFBox *left_box, const AmrFBox *right_box);

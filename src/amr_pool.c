@@ -3,7 +3,7 @@
  * amr_pool.c
  *		The PMEM pool: opening, creating, laying out and enlarging it, how
  *		its stores reach durability, and what the postmaster records in its
- *		header before recovery (a history reset, a crash).
+ *		header before recovery (a crash).
  *
  * The pool is opened or created by the postmaster while it computes its
  * shared memory request, before any child exists: libpmemobj's allocator and
@@ -554,43 +554,37 @@ amr_pool_describe(StringInfo buf)
 
 
 /*
- * A data directory that starts from a base backup (backup_label), for
- * archive recovery (recovery.signal) or as a standby (standby.signal) has a
- * history the pool did not follow: the pool is a copy taken while the heap
- * kept changing, or belongs to the server it was copied from, or to a point
- * beyond the recovery target.  Its trees cannot be trusted to match the
- * heap, so every one is dropped at the next reconciliation and its index
- * asks for REINDEX.  Checked in the postmaster before recovery starts (it
- * removes these files); recorded in the pool so that the verdict survives
- * until the reconciliation has acted on it.
+ * Whether this start may be WAL replay over a copy of the pool, not over
+ * the pool this server itself last wrote: the data directory starts from a
+ * base backup (backup_label), for archive recovery (recovery.signal) or as a
+ * standby (standby.signal).  Replay treats the two differently (see
+ * amr_walredo.c).  Postmaster, before recovery removes the evidence;
+ * inherited by the startup process.
  */
+static bool pool_may_be_copy = false;
+
 static void
-note_history_reset(void)
+note_replay_source(void)
 {
 	static const char *const markers[] = {"backup_label", "recovery.signal", "standby.signal"};
-	AmrPoolHeader *hdr = amr_store.header;
 	int			i;
 
+	pool_may_be_copy = false;
 	for (i = 0; i < lengthof(markers); i++)
 	{
 		char		path[MAXPGPATH];
 		struct stat st;
 
 		snprintf(path, sizeof(path), "%s/%s", DataDir, markers[i]);
-		if (stat(path, &st) != 0)
-			continue;
-		if (hdr->history_reset == 0)
-		{
-			hdr->history_reset = 1;
-			pmem_persist(&hdr->history_reset, sizeof(hdr->history_reset));
-			if (!pmem_is_pmem(hdr, sizeof(*hdr)))
-				pmem_msync(hdr, sizeof(*hdr));
-		}
-		ereport(LOG,
-				(errmsg("amrtree: \"%s\" exists: the PMEM pool may not match this data directory's history; its amrtree indexes will need REINDEX",
-						markers[i])));
-		return;
+		if (stat(path, &st) == 0)
+			pool_may_be_copy = true;
 	}
+}
+
+bool
+amr_pool_may_be_a_copy(void)
+{
+	return pool_may_be_copy;
 }
 
 /*
@@ -629,24 +623,23 @@ amr_pool_ready(void)
 
 /*
  * Postmaster, computing its shared memory request: open or create the pool
- * and the slot file, and record in the pool header what this start means
- * for it (a reset history, a crash) before recovery removes the evidence.
+ * and the slot file, and record in the pool header whether this start
+ * follows a crash before recovery removes the evidence.
  */
 void
 amr_pool_open_at_start(void)
 {
 	pool_open_or_create();
+	note_replay_source();
 	if (pool_status == AMR_POOL_READY)
-	{
-		note_history_reset();
 		note_crash(false);
-	}
 }
 
 /* Postmaster, restarting its children after one of them crashed. */
 void
 amr_pool_note_crash_restart(void)
 {
+	note_replay_source();
 	if (pool_status == AMR_POOL_READY)
 		note_crash(true);
 }

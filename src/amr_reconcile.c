@@ -1,37 +1,48 @@
 /*-------------------------------------------------------------------------
  *
  * amr_reconcile.c
- *		Bring the DRAM tier back from the pool after any (re)start.
+ *		Bring the DRAM tier back from the pool after any (re)start, and
+ *		finish what recovery leaves to amrtree.
  *
- * Runs once per server lifetime (and again after every crash-restart, since
- * shared memory is then new), in the first process that uses amrtree, after
- * WAL recovery has finished, and before anything can create an entry.  It
+ * Two steps, because WAL replay needs the first and the second needs what
+ * only the end of recovery provides (the commit log's verdicts, relation
+ * files as they are, permission to write WAL):
  *
- *	1. resolves trees left BUILDING by a crash (committed creator: VALID;
- *	   otherwise the tree is dropped), finishes interrupted drops, drops
- *	   every tree if the data directory's history was reset (a restored
- *	   backup, a promoted standby: see note_history_reset), drops the trees
- *	   of temporary tables (whose backends are gone), and reclaims orphans:
- *	   trees whose index no longer exists;
+ * Attach (amr_attach) builds the DRAM tier from the pool, reading no
+ * catalog and writing no WAL, so the startup process can run it before it
+ * replays amrtree's records (amr_walredo.c); otherwise the first process
+ * that uses amrtree runs it.  It
+ *
+ *	1. keeps the trees that are VALID or BUILDING and releases what is left
+ *	   of dropped ones (interrupted drops, temporary tables' trees);
  *	2. walks the Leaf Table once: a leaf survives if its tree is live, its
  *	   generation matches, and -- if it came from a split -- its origin's
  *	   version has moved past the split (otherwise the split never reached
- *	   its commit point and this half is discarded); unlogged trees are
- *	   emptied after a crash, as PostgreSQL empties unlogged relations;
- *	   the slot and leaf-id bitmaps are rebuilt from the surviving words,
- *	   so a slot that no word references is free again;
- *	3. after a crash, prunes every entry whose WAL insert position lies
- *	   beyond the end of the replayed WAL (docs/design.md, "No
- *	   phantom rows");
- *	4. bulk-loads every tree's inner nodes from the Leaf Table boxes (STR),
+ *	   its commit point and this half is discarded); the slot and leaf-id
+ *	   bitmaps are rebuilt from the surviving words, so a slot that no word
+ *	   references is free again;
+ *	3. bulk-loads every tree's inner nodes from the Leaf Table boxes (STR),
  *	   without reading a single leaf.
  *
- * It is idempotent: an ERROR (e.g. DRAM too small) or a crash leaves the
+ * Finish (in amr_require_ready, once recovery is over) then
+ *
+ *	4. resolves trees left BUILDING by their creator's fate, reclaims
+ *	   orphans (trees whose index no longer exists), drops every tree if
+ *	   replay could not use the pool at all;
+ *	5. after a crash or any recovery, empties unlogged trees (as
+ *	   PostgreSQL empties unlogged relations), prunes every entry whose
+ *	   WAL position lies beyond the end of the replayed WAL (docs/design.md,
+ *	   "No phantom rows"), and logs again, whole, every leaf that changed
+ *	   beyond it (its record never reached durable WAL, so a standby or an
+ *	   archive does not have the change: "resync").
+ *
+ * Both are idempotent: an ERROR (e.g. DRAM too small) or a crash leaves the
  * pool in a state from which the next attempt reaches the same result.
  *
  *-------------------------------------------------------------------------
  */
 #include "amr_leafstore.h"
+#include "amr_wal.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -120,59 +131,21 @@ amr_note_unclean_start(XLogRecPtr last_checkpoint)
 						   AMR_HORIZON_PROVISIONAL | (uint64) last_checkpoint);
 }
 
-/* amrtree writes no WAL records (yet); a record with its id is foreign */
-static void
-amr_rmgr_redo(XLogReaderState *record)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_DATA_CORRUPTED),
-			 errmsg("amrtree writes no WAL records, but a record for WAL resource manager %d was found",
-					(int) XLogRecGetRmid(record)),
-			 errhint("Another extension may use the same resource manager id; set amrtree.wal_rmgr_id to a different value.")));
-}
-
-static void
-amr_rmgr_desc(StringInfo buf, XLogReaderState *record)
-{
-}
-
-static const char *
-amr_rmgr_identify(uint8 info)
-{
-	return NULL;
-}
-
-/* Startup process, at the end of redo: see above.  Must not fail. */
-static void
-amr_rmgr_cleanup(void)
+/*
+ * Startup process, at the end of redo (amr_redo_cleanup): the horizon
+ * becomes the exact end of the replayed WAL.  Must not fail.
+ */
+void
+amr_note_replay_end(XLogRecPtr replay_end)
 {
 	AmrPoolHeader *hdr = amr_store.header;
-	XLogRecPtr	replay_end;
 
-	if (!amr_pool_is_open())
-		return;
-	replay_end = GetXLogReplayRecPtr(NULL);
-	if (XLogRecPtrIsInvalid(replay_end))
+	if (!amr_pool_is_open() || XLogRecPtrIsInvalid(replay_end))
 		return;
 	if (hdr->prune_horizon == 0 ||
 		(hdr->prune_horizon & AMR_HORIZON_PROVISIONAL) ||
 		(uint64) replay_end < hdr->prune_horizon)
 		persist_header_u64(&hdr->prune_horizon, (uint64) replay_end);
-}
-
-static RmgrData amr_rmgr = {
-	.rm_name = "amrtree",
-	.rm_redo = amr_rmgr_redo,
-	.rm_desc = amr_rmgr_desc,
-	.rm_identify = amr_rmgr_identify,
-	.rm_cleanup = amr_rmgr_cleanup,
-};
-
-/* At preload: the resource manager whose cleanup callback marks redo's end. */
-void
-amr_register_wal_rmgr(int rmid)
-{
-	RegisterCustomRmgr((RmgrId) rmid, &amr_rmgr);
 }
 
 /*
@@ -242,121 +215,35 @@ tree_owner_gone(const AmrTreeRecord *rec, uint32 tree_no)
 	memcpy(&meta, PageGetContents((Page) page.data), sizeof(meta));
 	if (meta.magic != AMR_META_MAGIC)
 		return true;
-	return meta.pool_id != amr_shared->pool_id || meta.tree_no != tree_no ||
-		meta.tree_generation != rec->generation;
+	if (meta.pool_id == amr_shared->pool_id)
+		return meta.tree_no != tree_no || meta.tree_generation != rec->generation;
+
+	/*
+	 * Built in another pool: a standby's own pool, whose trees WAL replay
+	 * created under numbers of its own.  The storage identity is what keys
+	 * a tree, and the file is there.
+	 */
+	return false;
 }
 
-/*
- * Drop every entry whose WAL insert position lies beyond "horizon", the end
- * of the WAL that recovery replayed: its heap tuple may never have become
- * durable (docs/design.md, "No phantom rows").  PMEM entries are marked
- * dead in place, which is idempotent.  An SSD image is read only if its
- * Leaf Table lsn_hint says it may hold such an entry; if it does, the image
- * is rewritten without them to a fresh slot and the word switched to it.
- * Returns the number of entries dropped.
- */
-static uint64
-prune_beyond(XLogRecPtr horizon, const uint8 *keep)
-{
-	AmrStore   *s = &amr_store;
-	AmrLeaf    *buf = amr_alloc_leaf_buffer();
-	AmrLeaf    *img = amr_alloc_leaf_buffer();
-	uint64		pruned = 0;
-	uint32		id;
-
-	for (id = 0; id < s->lt_capacity; id++)
-	{
-		AmrLeafTableEntry *e = &s->lt[id];
-		uint64		word = amr_lt_word(s, id);
-		uint64		i;
-		uint64		n;
-
-		if ((id & 0xFFFF) == 0)
-			CHECK_FOR_INTERRUPTS();
-		if (!keep[id] || AMR_WORD_TIER(word) == AMR_TIER_NONE)
-			continue;
-
-		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
-		{
-			AmrLeaf    *leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
-
-			if (leaf->hdr.magic != AMR_LEAF_MAGIC)
-				continue;
-			n = Min(leaf->hdr.nentries, (uint64) AMR_LEAF_CAPACITY);
-			for (i = 0; i < n; i++)
-			{
-				if (!(leaf->entries[i].flags & AMR_ENTRY_FLAG_DEAD) &&
-					leaf->entries[i].insert_lsn > horizon)
-				{
-					amr_leaf_mark_dead(leaf, (int) i);
-					pruned++;
-				}
-			}
-		}
-		else
-		{
-			uint32		slot = AMR_WORD_SLOT(word);
-			uint32		tier;
-			uint32		new_slot;
-			AmrFBox		mbr;
-
-			if (e->lsn_hint != AMR_LSN_HINT_UNKNOWN &&
-				((uint64) e->lsn_hint << AMR_LSN_HINT_SHIFT) <= horizon)
-				continue;
-			amr_ssd_read_images(NULL, &slot, &buf, 1);
-			if (buf->hdr.magic != AMR_LEAF_MAGIC || buf->hdr.leaf_id != id ||
-				buf->hdr.version != AMR_WORD_VERSION(word) ||
-				!amr_leaf_image_checksum_ok(buf))
-			{
-				/* queries that reach it will report it, naming the index */
-				ereport(WARNING,
-						(errcode(ERRCODE_DATA_CORRUPTED),
-						 errmsg("amrtree: leaf %u in SSD slot %u is damaged; it was not checked for entries beyond the replayed WAL",
-								id, slot)));
-				continue;
-			}
-			amr_leaf_image_init(img, id, buf->hdr.tree_no, buf->hdr.tree_generation,
-								AMR_WORD_VERSION(word) + 1,
-								(buf->hdr.flags & AMR_LEAF_FLAG_NULLS) != 0);
-			for (i = 0; i < buf->hdr.nentries; i++)
-			{
-				if (buf->entries[i].flags & AMR_ENTRY_FLAG_DEAD)
-					continue;
-				if (buf->entries[i].insert_lsn > horizon)
-					pruned++;
-				else
-					img->entries[img->hdr.nentries++] = buf->entries[i];
-			}
-			if (img->hdr.nentries == amr_leaf_live_entries(buf))
-				continue;		/* the hint was loose: nothing to drop */
-
-			if (!amr_try_take_slot(AMR_SLOT_REPLACES, AMR_TIER_SSD, &tier, &new_slot))
-				ereport(ERROR,
-						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-						 errmsg("amrtree cannot finish crash recovery: no free leaf slot to rewrite leaf %u",
-								id),
-						 errhint("Raise amrtree.ssd_size or amrtree.pmem_size and restart the server.")));
-			/* the box of the old image still covers the survivors */
-			mbr = amr_lt_mbr(s, id, word);
-			amr_leaf_write_image(NULL, tier, new_slot, img);
-			(void) amr_leaf_switch(&s->trees[buf->hdr.tree_no], id, tier, new_slot, &mbr, img,
-								   false);
-		}
-	}
-	return pruned;
-}
-
-/* What one reconciliation did, for its log line. */
+/* What one reconciliation did, for its log lines. */
 typedef struct ReconcileCounts
 {
 	uint32		dropped_leaves;
 	uint32		discarded_splits;
 	uint32		live_leaves;
+	uint32		suspect_leaves;
 	uint32		orphans;
+	uint32		aborted;
 	uint32		stale;
 	uint32		temporary;
+	uint32		unlogged;
+	uint32		broken;
 	uint64		pruned;
+	uint32		resynced;
 } ReconcileCounts;
+
+/* ---- attach ---- */
 
 /* Step 0: start from nothing, for this may be a retry after an ERROR. */
 static void
@@ -379,12 +266,12 @@ reset_volatile_state(void)
 }
 
 /*
- * Step 1: every tree record gets its final state: BUILDING resolves by its
- * creator's fate; a reset history, a temporary table or a vanished index
- * drops the tree.
+ * Step 1: trees that are neither VALID nor BUILDING lose their leaves here;
+ * so do temporary tables' trees, whose backends are gone.  BUILDING trees
+ * wait for finish(), which knows their creators' fate.
  */
 static void
-resolve_tree_records(bool history_reset, ReconcileCounts *c)
+resolve_tree_records(ReconcileCounts *c)
 {
 	uint32		tn;
 
@@ -392,11 +279,8 @@ resolve_tree_records(bool history_reset, ReconcileCounts *c)
 	{
 		AmrTreeRecord *rec = &amr_store.tree_records[tn];
 
-		if (rec->state == AMR_TREE_BUILDING)
-			persist_state(rec, creator_committed((TransactionId) rec->create_xid) ?
-						  AMR_TREE_VALID : AMR_TREE_DROPPED);
-		else if (rec->state != AMR_TREE_FREE && rec->state != AMR_TREE_VALID &&
-				 rec->state != AMR_TREE_DROPPED)
+		if (rec->state != AMR_TREE_FREE && rec->state != AMR_TREE_VALID &&
+			rec->state != AMR_TREE_BUILDING && rec->state != AMR_TREE_DROPPED)
 		{
 			ereport(WARNING,
 					(errcode(ERRCODE_DATA_CORRUPTED),
@@ -404,35 +288,14 @@ resolve_tree_records(bool history_reset, ReconcileCounts *c)
 							tn, rec->state)));
 			persist_state(rec, AMR_TREE_DROPPED);
 		}
-
-		if (rec->state != AMR_TREE_VALID)
-			continue;
-		if (history_reset)
-		{
-			persist_state(rec, AMR_TREE_DROPPED);
-			c->stale++;
-		}
-		else if (rec->flags & AMR_TREE_FLAG_TEMP)
+		if ((rec->state == AMR_TREE_VALID || rec->state == AMR_TREE_BUILDING) &&
+			(rec->flags & AMR_TREE_FLAG_TEMP))
 		{
 			/* no temporary relation outlives the backends of a server life */
 			persist_state(rec, AMR_TREE_DROPPED);
 			c->temporary++;
 		}
-		else if (tree_owner_gone(rec, tn))
-		{
-			persist_state(rec, AMR_TREE_DROPPED);
-			c->orphans++;
-		}
 	}
-	if (c->stale > 0)
-		ereport(LOG,
-				(errmsg("amrtree: dropped the trees of %u indexes: this data directory was restored or was a standby, so the PMEM pool does not match it",
-						c->stale),
-				 errhint("REINDEX every amrtree index; until then using one raises an error.")));
-	if (c->orphans > 0)
-		ereport(LOG,
-				(errmsg("amrtree: reclaiming the trees of %u indexes that no longer exist",
-						c->orphans)));
 	if (c->temporary > 0)
 		ereport(LOG,
 				(errmsg("amrtree: reclaiming the trees of %u indexes of temporary tables",
@@ -441,15 +304,19 @@ resolve_tree_records(bool history_reset, ReconcileCounts *c)
 
 /*
  * Step 2a: for every used Leaf Table entry, whether it survives: its tree
- * is live and of its generation, it is not an unlogged tree's after a
- * crash, it is not the half of a split whose origin never switched, and its
- * slot is in range and not taken twice (the slot bitmaps are rebuilt from
- * the survivors here).  Decided before anything is released: releasing
- * bumps a version, which must not make a half-published split look
- * complete.  Returns keep[], one byte per leaf id.
+ * is live and of its generation, it is not the half of a split whose origin
+ * never switched, and its slot is in range and not taken twice (the slot
+ * bitmaps are rebuilt from the survivors here).  Decided before anything is
+ * released: releasing bumps a version, which must not make a half-published
+ * split look complete.  Returns keep[], one byte per leaf id.
+ *
+ * Before WAL replay a slot out of range or taken twice is expected of a
+ * pool copied by a base backup while leaves moved (docs/design.md, "Torn
+ * copies"): such a leaf is kept but marked suspect, for replay will install
+ * a whole image of it; finish() checks that it did.
  */
 static uint8 *
-decide_leaves(bool after_crash, ReconcileCounts *c)
+decide_leaves(bool before_replay, ReconcileCounts *c)
 {
 	AmrStore   *s = &amr_store;
 	uint32		cap = s->lt_capacity;
@@ -468,10 +335,9 @@ decide_leaves(bool after_crash, ReconcileCounts *c)
 			continue;
 		keep[id] = 1;
 		rec = e->tree_no < AMR_MAX_TREES ? &s->tree_records[e->tree_no] : NULL;
-		if (rec == NULL || rec->state != AMR_TREE_VALID ||
+		if (rec == NULL ||
+			(rec->state != AMR_TREE_VALID && rec->state != AMR_TREE_BUILDING) ||
 			rec->generation != e->tree_generation)
-			keep[id] = 0;
-		else if ((rec->flags & AMR_TREE_FLAG_UNLOGGED) && after_crash)
 			keep[id] = 0;
 		else if (e->split_origin != AMR_INVALID_LEAF &&
 				 (e->split_origin >= cap ||
@@ -493,7 +359,12 @@ decide_leaves(bool after_crash, ReconcileCounts *c)
 					amr_bitmap_set(s->ssd_used, slot);
 			else
 				ok = false;
-			if (!ok)
+			if (!ok && before_replay)
+			{
+				s->leaves[id].flags |= AMR_LEAF_VOLATILE_SUSPECT;
+				c->suspect_leaves++;
+			}
+			else if (!ok)
 			{
 				ereport(WARNING,
 						(errcode(ERRCODE_DATA_CORRUPTED),
@@ -548,21 +419,56 @@ reset_tree_counts(void)
 	}
 }
 
-/* Step 4: dropped trees lost their last leaf in step 2b: free their records. */
+/* Step 2c: dropped trees lost their last leaf in step 2b: free their records. */
 static void
-finish_drops(bool history_reset)
+finish_drops(void)
 {
 	uint32		tn;
 
 	for (tn = 0; tn < AMR_MAX_TREES; tn++)
 		if (amr_store.tree_records[tn].state == AMR_TREE_DROPPED)
 			persist_state(&amr_store.tree_records[tn], AMR_TREE_FREE);
-	if (history_reset)
-		persist_header_u64(&amr_store.header->history_reset, 0);
+}
+
+static bool
+tree_is_live(uint32 tn)
+{
+	uint32		state = amr_store.tree_records[tn].state;
+
+	return state == AMR_TREE_VALID || state == AMR_TREE_BUILDING;
+}
+
+/* Live entries of a leaf, counted for the tree without reading SSD images. */
+static uint64
+leaf_entries(uint32 id, uint64 word)
+{
+	AmrStore   *s = &amr_store;
+
+	if (AMR_WORD_TIER(word) == AMR_TIER_PMEM &&
+		!(s->leaves[id].flags & AMR_LEAF_VOLATILE_SUSPECT))
+	{
+		AmrLeaf    *leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
+
+		if (leaf->hdr.magic == AMR_LEAF_MAGIC && leaf->hdr.nentries <= AMR_LEAF_CAPACITY)
+			return amr_leaf_live_entries(leaf);
+		return 0;
+	}
+	return s->lt[id].entries;
+}
+
+static void
+report_dram_full(uint32 live_leaves)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("amrtree DRAM area is too small to hold the inner nodes of every index"),
+			 errdetail("%u inner nodes fit in amrtree.dram_size = %d kB; the pool holds %u leaves.",
+					   amr_store.nnodes, amr_dram_size_kb, live_leaves),
+			 errhint("Raise amrtree.dram_size and restart the server.")));
 }
 
 /*
- * Step 5: count every tree's leaves and entries per tier, and bulk-load its
+ * Step 3: count every tree's leaves and entries per tier, and bulk-load its
  * inner nodes (STR) from the Leaf Table boxes, without reading a single SSD
  * leaf (their entry counts are in the Leaf Table: SSD images are immutable).
  */
@@ -599,19 +505,11 @@ rebuild_trees(uint32 live_leaves)
 		items[next[bucket]].ref = id;
 		next[bucket]++;
 
+		t->nentries += leaf_entries(id, word);
 		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
-		{
-			AmrLeaf    *leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
-
-			if (leaf->hdr.magic == AMR_LEAF_MAGIC && leaf->hdr.nentries <= AMR_LEAF_CAPACITY)
-				t->nentries += amr_leaf_live_entries(leaf);
 			t->pmem_leaves++;
-		}
 		else
-		{
-			t->nentries += e->entries;
 			t->ssd_leaves++;
-		}
 		t->nleaves++;
 	}
 
@@ -622,35 +520,72 @@ rebuild_trees(uint32 live_leaves)
 	{
 		int			side;
 
-		if (s->tree_records[tn].state != AMR_TREE_VALID)
+		if (!tree_is_live(tn))
 			continue;
 		for (side = 0; side < 2; side++)
 		{
 			uint32		b = tn * 2 + side;
-			AmrStatus	st;
 
-			st = amr_build_levels(s, &s->trees[tn], side == 1, items + start[b],
-								  start[b + 1] - start[b], AMR_REBUILD_INNER_FILL,
-								  scratch, node_ids);
-			if (st != AMR_OK)
-				ereport(ERROR,
-						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-						 errmsg("amrtree DRAM area is too small to hold the inner nodes of every index"),
-						 errdetail("%u inner nodes fit in amrtree.dram_size = %d kB; the pool holds %u leaves.",
-								   s->nnodes, amr_dram_size_kb, live_leaves),
-						 errhint("Raise amrtree.dram_size and restart the server.")));
+			if (amr_build_levels(s, &s->trees[tn], side == 1, items + start[b],
+								 start[b + 1] - start[b], AMR_REBUILD_INNER_FILL,
+								 scratch, node_ids) != AMR_OK)
+				report_dram_full(live_leaves);
 		}
 	}
 }
 
 void
-amr_reconcile(void)
+amr_tree_rebuild_inner(AmrTree *t)
 {
-	AmrPoolHeader *hdr = amr_store.header;
-	bool		history_reset = hdr->history_reset != 0;
-	/* every unclean start records a horizon (amr_note_unclean_start) */
-	bool		after_crash = hdr->prune_horizon != 0;
-	XLogRecPtr	horizon = InvalidXLogRecPtr;
+	AmrStore   *s = &amr_store;
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "amrtree rebuild",
+											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	uint32		n[2] = {0, 0};
+	AmrPackItem *items[2];
+	AmrPackItem *scratch;
+	uint32	   *node_ids;
+	uint32		id;
+	uint64		word;
+	uint64		nentries = 0;
+	int			side;
+
+	for (id = 0; amr_lt_next_of_tree(s, t->tree_no, t->generation, &id, &word); id++)
+		n[(s->lt[id].flags & AMR_LT_FLAG_NULLS) ? 1 : 0]++;
+	items[0] = palloc_extended(sizeof(AmrPackItem) * ((Size) n[0] + 1), MCXT_ALLOC_HUGE);
+	items[1] = palloc_extended(sizeof(AmrPackItem) * ((Size) n[1] + 1), MCXT_ALLOC_HUGE);
+	scratch = palloc_extended(sizeof(AmrPackItem) * ((Size) Max(n[0], n[1]) + 1), MCXT_ALLOC_HUGE);
+	node_ids = palloc_extended(sizeof(uint32) *
+							   (amr_build_levels_nodes_needed(Max(n[0], n[1]), AMR_REBUILD_INNER_FILL) + 2),
+							   MCXT_ALLOC_HUGE);
+	n[0] = n[1] = 0;
+	for (id = 0; amr_lt_next_of_tree(s, t->tree_no, t->generation, &id, &word); id++)
+	{
+		int			sd = (s->lt[id].flags & AMR_LT_FLAG_NULLS) ? 1 : 0;
+
+		items[sd][n[sd]].box = amr_lt_mbr(s, id, word);
+		items[sd][n[sd]].ref = id;
+		n[sd]++;
+		nentries += leaf_entries(id, word);
+	}
+	amr_tree_free_nodes(s, t);
+	t->root = t->null_root = AMR_INVALID_NODE;
+	t->height = t->null_height = 0;
+	amr_counter_set(&t->ninner, 0);
+	for (side = 0; side < 2; side++)
+		if (amr_build_levels(s, t, side == 1, items[side], n[side], AMR_REBUILD_INNER_FILL,
+							 scratch, node_ids) != AMR_OK)
+			report_dram_full(n[0] + n[1]);
+	amr_counter_set(&t->nleaves, (uint64) n[0] + n[1]);
+	amr_counter_set(&t->nentries, nentries);
+	t->inner_stale = 0;
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
+}
+
+void
+amr_attach(bool before_replay)
+{
 	ReconcileCounts c = {0};
 	MemoryContext cxt;
 	MemoryContext old;
@@ -661,33 +596,17 @@ amr_reconcile(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("amrtree reconciliation refused by amrtree.fault_injection")));
 
-	cxt = AllocSetContextCreate(CurrentMemoryContext, "amrtree reconcile",
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "amrtree attach",
 								ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(cxt);
 
 	reset_volatile_state();
-	resolve_tree_records(history_reset, &c);
-
-	/* the WAL position entries are pruned to, if a crash preceded us */
-	if (after_crash)
-		horizon = (XLogRecPtr) (hdr->prune_horizon & ~AMR_HORIZON_PROVISIONAL);
-	AMR_FAULT_POINT("reconcile:after_prune_horizon");
-
-	keep = decide_leaves(after_crash, &c);
+	resolve_tree_records(&c);
+	keep = decide_leaves(before_replay, &c);
 	release_dropped_leaves(keep, &c);
 	AMR_FAULT_POINT("reconcile:after_release");
-
-	/* step 3: entries whose heap insert may not have survived the crash */
-	if (after_crash)
-	{
-		if (!XLogRecPtrIsInvalid(horizon))
-			c.pruned = prune_beyond(horizon, keep);
-		AMR_FAULT_POINT("reconcile:after_prune");
-		persist_header_u64(&hdr->prune_horizon, 0);
-	}
-
-	finish_drops(history_reset);
-	/* releases and rewrites above moved the tier counts: count afresh */
+	finish_drops();
+	/* releases above moved the tier counts: count afresh */
 	reset_tree_counts();
 	rebuild_trees(c.live_leaves);
 
@@ -695,21 +614,298 @@ amr_reconcile(void)
 	ereport(LOG,
 			(errmsg("amrtree: rebuilt inner nodes from the Leaf Table: %u leaves live, %u released, %u half-published splits discarded",
 					c.live_leaves, c.dropped_leaves, c.discarded_splits),
-			 !XLogRecPtrIsInvalid(horizon) ?
-			 errdetail("After the crash, " UINT64_FORMAT " entries inserted beyond the end of the replayed WAL (%X/%X) were dropped.",
-					   c.pruned, LSN_FORMAT_ARGS(horizon)) : 0));
+			 c.suspect_leaves > 0 ?
+			 errdetail("%u leaves name slots they cannot own, as in a pool copied by a base backup; WAL replay is to restore them.",
+					   c.suspect_leaves) : 0));
 
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
 }
 
+/* ---- finish ---- */
+
 /*
- * Everything that touches an index starts here: errors out (with the
- * reason) when amrtree was not preloaded, the pool could not be opened, or
- * the server is a hot standby; on first use after a (re)start it
- * reconciles the pool and rebuilds the inner nodes (amr_reconcile), once,
- * under the attach lock.
+ * Empty an unlogged tree after a crash or a recovery, as PostgreSQL resets
+ * unlogged relations to their init fork: every leaf goes, an empty root
+ * stays.
  */
+static void
+empty_tree(AmrTree *t)
+{
+	AmrStore   *s = &amr_store;
+	uint32		id;
+	uint64		word;
+
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+	for (id = 0; amr_lt_next_of_tree(s, t->tree_no, t->generation, &id, &word); id++)
+	{
+		LWLockAcquire(amr_leaf_lock(id), LW_EXCLUSIVE);
+		amr_leaf_free(t, id);
+		LWLockRelease(amr_leaf_lock(id));
+	}
+	amr_tree_free_nodes(s, t);
+	t->root = t->null_root = AMR_INVALID_NODE;
+	if (amr_tree_init_empty(s, t) != AMR_OK)
+		report_dram_full(0);
+	amr_counter_set(&t->nleaves, 0);
+	amr_counter_set(&t->nentries, 0);
+	LWLockRelease(amr_tree_lock(t));
+	LWLockRelease(&amr_shared->publish_lock);
+}
+
+/*
+ * Step 5, for one leaf (held exclusively): drop its entries beyond the
+ * horizon (their heap tuples may never have become durable), and say
+ * whether it holds a change whose WAL record did not survive: then the WAL
+ * that standbys and archives hold disagrees with it, and it is logged
+ * again, whole.  PMEM entries are marked dead in place; an SSD image is
+ * read only if its Leaf Table lsn_hint (which also covers the record of the
+ * image's last rewrite) says it may be affected, and rewritten without the
+ * pruned entries to a fresh slot.  *image receives the leaf's image after
+ * the pruning (in place for PMEM, in buf for SSD).
+ */
+static bool
+prune_leaf(AmrTree *t, uint32 id, XLogRecPtr horizon, AmrLeaf *buf, AmrLeaf *img,
+		   const AmrLeaf **image, uint64 *pruned)
+{
+	AmrStore   *s = &amr_store;
+	AmrLeafTableEntry *e = &s->lt[id];
+	uint64		word = amr_lt_word(s, id);
+	bool		stamped = e->lsn_hint == AMR_LSN_HINT_UNKNOWN ||
+		((uint64) e->lsn_hint << AMR_LSN_HINT_SHIFT) > horizon;
+	uint64		i;
+	uint64		n;
+	uint64		dropped = 0;
+
+	if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+	{
+		AmrLeaf    *leaf;
+
+		if (AMR_WORD_SLOT(word) >= s->pmem_nslots)
+			return false;		/* queries that reach it will report it */
+		leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
+		if (leaf->hdr.magic != AMR_LEAF_MAGIC || leaf->hdr.leaf_id != id)
+			return false;
+		n = Min(leaf->hdr.nentries, (uint64) AMR_LEAF_CAPACITY);
+		for (i = 0; i < n; i++)
+		{
+			if (!(leaf->entries[i].flags & AMR_ENTRY_FLAG_DEAD) &&
+				leaf->entries[i].insert_lsn > horizon)
+			{
+				amr_leaf_mark_dead(leaf, (int) i);
+				dropped++;
+			}
+		}
+		if (dropped > 0)
+			amr_leaf_refresh_copy(id, leaf);
+		*image = leaf;
+	}
+	else
+	{
+		uint32		slot = AMR_WORD_SLOT(word);
+		uint32		tier;
+		uint32		new_slot;
+		AmrFBox		mbr;
+
+		if (!stamped)
+			return false;
+		if (slot >= s->ssd_nslots)
+			return false;		/* queries that reach it will report it */
+		amr_ssd_read_images(NULL, &slot, &buf, 1);
+		if (buf->hdr.magic != AMR_LEAF_MAGIC || buf->hdr.leaf_id != id ||
+			buf->hdr.version != AMR_WORD_VERSION(word) ||
+			!amr_leaf_image_checksum_ok(buf))
+		{
+			/* queries that reach it will report it, naming the index */
+			ereport(WARNING,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("amrtree: leaf %u in SSD slot %u is damaged; it was not checked for entries beyond the replayed WAL",
+							id, slot)));
+			return false;
+		}
+		*image = buf;
+		amr_leaf_image_init(img, id, t->tree_no, t->generation, AMR_WORD_VERSION(word) + 1,
+							(buf->hdr.flags & AMR_LEAF_FLAG_NULLS) != 0);
+		for (i = 0; i < buf->hdr.nentries; i++)
+		{
+			if (buf->entries[i].flags & AMR_ENTRY_FLAG_DEAD)
+				continue;
+			if (buf->entries[i].insert_lsn > horizon)
+				dropped++;
+			else
+				img->entries[img->hdr.nentries++] = buf->entries[i];
+		}
+		if (dropped > 0)
+		{
+			if (!amr_try_take_slot(AMR_SLOT_REPLACES, AMR_TIER_SSD, &tier, &new_slot))
+				ereport(ERROR,
+						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+						 errmsg("amrtree cannot finish crash recovery: no free leaf slot to rewrite leaf %u",
+								id),
+						 errhint("Raise amrtree.ssd_size or amrtree.pmem_size and restart the server.")));
+			/* the box of the old image still covers the survivors */
+			mbr = amr_lt_mbr(s, id, word);
+			amr_leaf_write_image(NULL, tier, new_slot, img);
+			(void) amr_leaf_switch(NULL, t, id, tier, new_slot, &mbr, img, false, AMR_LOG_NONE);
+			*image = img;
+		}
+	}
+	*pruned += dropped;
+	return dropped > 0 || stamped;
+}
+
+/* Step 5: pruning and resynchronisation of every live tree's leaves. */
+static void
+prune_and_resync(XLogRecPtr horizon, ReconcileCounts *c)
+{
+	AmrStore   *s = &amr_store;
+	AmrLeaf    *buf = amr_alloc_leaf_buffer();
+	AmrLeaf    *img = amr_alloc_leaf_buffer();
+	uint32		tn;
+
+	for (tn = 0; tn < AMR_MAX_TREES; tn++)
+	{
+		AmrTree    *t = &s->trees[tn];
+		AmrTreeRecord *rec = &s->tree_records[tn];
+		bool		logged;
+		uint32		id;
+		uint64		word;
+
+		if (rec->state != AMR_TREE_VALID || (rec->flags & AMR_TREE_FLAG_UNLOGGED))
+			continue;
+		logged = amr_wal_wanted(t, NULL);
+		LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+		LWLockAcquire(amr_tree_lock(t), LW_SHARED);
+		for (id = 0; amr_lt_next_of_tree(s, tn, t->generation, &id, &word); id++)
+		{
+			const AmrLeaf *image = NULL;
+			uint64		pruned = 0;
+
+			if ((id & 0xFFF) == 0)
+				CHECK_FOR_INTERRUPTS();
+			LWLockAcquire(amr_leaf_lock(id), LW_EXCLUSIVE);
+			if (prune_leaf(t, id, horizon, buf, img, &image, &pruned) && logged && image)
+			{
+				START_CRIT_SECTION();
+				(void) amr_wal_images(t, AMR_IMAGE_RESYNC, 1, &id, &image, NULL);
+				END_CRIT_SECTION();
+				c->resynced++;
+			}
+			LWLockRelease(amr_leaf_lock(id));
+			amr_counter_sub(&t->nentries, pruned);
+			c->pruned += pruned;
+		}
+		LWLockRelease(amr_tree_lock(t));
+		LWLockRelease(&amr_shared->publish_lock);
+	}
+}
+
+/*
+ * Steps 4 and 5, in a backend once recovery is over (see the file header).
+ * Trees are freed and emptied through the directory and the leaf store,
+ * with their locks: queries that began on a hot standby may still run.
+ */
+static void
+finish(void)
+{
+	AmrStore   *s = &amr_store;
+	AmrPoolHeader *hdr = amr_store.header;
+	bool		history_reset = hdr->history_reset != 0;
+	/* every recovery, and every unclean start, records a horizon */
+	bool		recovered = hdr->prune_horizon != 0;
+	XLogRecPtr	horizon = (XLogRecPtr) (hdr->prune_horizon & ~AMR_HORIZON_PROVISIONAL);
+	ReconcileCounts c = {0};
+	MemoryContext cxt;
+	MemoryContext old;
+	uint32		tn;
+	uint32		id;
+
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "amrtree finish",
+								ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+
+	/* leaves replay was to restore and did not: their trees are unusable */
+	for (id = 0; id < s->lt_capacity; id++)
+	{
+		uint64		word = amr_lt_word(s, id);
+		uint32		owner = s->lt[id].tree_no;
+
+		if (!(s->leaves[id].flags & AMR_LEAF_VOLATILE_SUSPECT) ||
+			AMR_WORD_TIER(word) == AMR_TIER_NONE || owner >= AMR_MAX_TREES ||
+			(s->tree_records[owner].flags & AMR_TREE_FLAG_BROKEN))
+			continue;
+		ereport(WARNING,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("amrtree: leaf %u of tree %u names a slot it cannot own, and WAL replay did not restore it",
+						id, owner),
+				 errhint("REINDEX the index whose tree this is; until then using it raises an error.")));
+		amr_tree_mark_broken(owner);
+	}
+
+	for (tn = 0; tn < AMR_MAX_TREES; tn++)
+	{
+		AmrTreeRecord *rec = &s->tree_records[tn];
+
+		if (rec->state == AMR_TREE_BUILDING)
+		{
+			if (creator_committed((TransactionId) rec->create_xid))
+				persist_state(rec, AMR_TREE_VALID);
+			else
+			{
+				amr_tree_free_storage(tn);
+				c.aborted++;
+			}
+		}
+		if (rec->state != AMR_TREE_VALID)
+			continue;
+		if (history_reset)
+		{
+			amr_tree_free_storage(tn);
+			c.stale++;
+		}
+		else if (tree_owner_gone(rec, tn))
+		{
+			amr_tree_free_storage(tn);
+			c.orphans++;
+		}
+		else if (recovered && (rec->flags & AMR_TREE_FLAG_UNLOGGED))
+		{
+			empty_tree(&s->trees[tn]);
+			c.unlogged++;
+		}
+	}
+	if (c.stale > 0)
+		ereport(LOG,
+				(errmsg("amrtree: dropped the trees of %u indexes: WAL replay could not keep the PMEM pool up to date",
+						c.stale),
+				 errhint("REINDEX every amrtree index; until then using one raises an error.")));
+	if (c.orphans > 0 || c.aborted > 0)
+		ereport(LOG,
+				(errmsg("amrtree: reclaimed the trees of %u indexes that no longer exist and of %u index builds that did not commit",
+						c.orphans, c.aborted)));
+	if (history_reset)
+		persist_header_u64(&hdr->history_reset, 0);
+
+	if (recovered)
+	{
+		AMR_FAULT_POINT("reconcile:after_prune_horizon");
+		if (!XLogRecPtrIsInvalid(horizon))
+			prune_and_resync(horizon, &c);
+		AMR_FAULT_POINT("reconcile:after_prune");
+		persist_header_u64(&hdr->prune_horizon, 0);
+		ereport(LOG,
+				(errmsg("amrtree: after recovery to %X/%X, dropped " UINT64_FORMAT " entries inserted beyond it and logged %u leaves again",
+						LSN_FORMAT_ARGS(horizon), c.pruned, c.resynced),
+				 c.unlogged > 0 ?
+				 errdetail("The trees of %u unlogged indexes were emptied.", c.unlogged) : 0));
+	}
+
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
+}
+
+/* Everything that touches an index starts here: see amrtree.h. */
 void
 amr_require_ready(void)
 {
@@ -721,20 +917,34 @@ amr_require_ready(void)
 	if (!amr_pool_ready())
 		amr_pool_report_unusable();
 	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("amrtree indexes cannot be used during recovery"),
-				 errdetail("amrtree leaves live outside the WAL, so a hot standby has none."),
-				 errhint("Run the query on the primary; after promoting this server, REINDEX its amrtree indexes.")));
-
-	if (pg_atomic_read_u32(&amr_shared->attached) != 0)
+	{
+		/* a hot standby: WAL replay attached the pool and maintains it */
+		if (pg_atomic_read_u32(&amr_shared->replay_failed) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("amrtree indexes cannot be used on this standby"),
+					 errdetail("WAL replay could not bring the PMEM pool up to date; the server log says why."),
+					 errhint("Run the query on the primary.")));
+		if (pg_atomic_read_u32(&amr_shared->attached) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("amrtree indexes cannot be used before WAL replay has begun")));
 		return;
+	}
+
+	if (pg_atomic_read_u32(&amr_shared->finished) != 0)
+		return;
+	/* an ERROR releases the lock with the others; the next use retries */
 	LWLockAcquire(&amr_shared->attach_lock, LW_EXCLUSIVE);
 	if (pg_atomic_read_u32(&amr_shared->attached) == 0)
 	{
-		amr_reconcile();
+		amr_attach(false);
 		pg_atomic_write_u32(&amr_shared->attached, 1);
+	}
+	if (pg_atomic_read_u32(&amr_shared->finished) == 0)
+	{
+		finish();
+		pg_atomic_write_u32(&amr_shared->finished, 1);
 	}
 	LWLockRelease(&amr_shared->attach_lock);
 }
-

@@ -159,6 +159,8 @@ amr_shmem_startup(void)
 		LWLockInitialize(&amr_shared->publish_lock, amr_shared->tree_tranche);
 		ConditionVariableInit(&amr_shared->tier_cv);
 		pg_atomic_init_u32(&amr_shared->attached, 0);
+		pg_atomic_init_u32(&amr_shared->finished, 0);
+		pg_atomic_init_u32(&amr_shared->replay_failed, 0);
 		pg_atomic_init_u64(&amr_shared->rebuilds, 0);
 		/* a restart of the postmaster's children is always a crash */
 		if (shmem_startups > 0)
@@ -206,10 +208,17 @@ amr_is_reconciled(void)
 	return amr_is_ready() && pg_atomic_read_u32(&amr_shared->attached) != 0;
 }
 
-/* amrtree can be used here and now: preloaded, pool usable, not in recovery. */
+/*
+ * amrtree can be used here and now: preloaded, pool usable, and -- on a hot
+ * standby -- attached by WAL replay, which keeps it up to date.
+ */
 bool
 amr_is_ready(void)
 {
-	return amr_preloaded && amr_shared != NULL &&
-		amr_pool_ready() && !RecoveryInProgress();
+	if (!amr_preloaded || amr_shared == NULL || !amr_pool_ready())
+		return false;
+	if (!RecoveryInProgress())
+		return true;
+	return pg_atomic_read_u32(&amr_shared->attached) != 0 &&
+		pg_atomic_read_u32(&amr_shared->replay_failed) == 0;
 }

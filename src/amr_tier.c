@@ -242,7 +242,8 @@ migrate_commit(AmrTree *t, Migration *m, uint32 to)
 			AmrFBox		mbr = amr_lt_mbr(s, m->leaf_id, m->word);
 
 			START_CRIT_SECTION();
-			(void) amr_leaf_switch(t, m->leaf_id, to, m->slot, &mbr, m->img, false);
+			(void) amr_leaf_switch(NULL, t, m->leaf_id, to, m->slot, &mbr, m->img, false,
+								  AMR_LOG_MOVE);
 			AMR_FAULT_POINT(to == AMR_TIER_PMEM ? "promote:after_switch" : "demote:after_switch");
 			END_CRIT_SECTION();
 			moved = true;

@@ -66,6 +66,7 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
 	uint32		tier;
 	uint32		slot;
 	bool		have_slot;
+	uint16		dead[AMR_LEAF_CAPACITY];
 
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
 	have_slot = !AMR_FAULT_ACTIVE("vacuum:pmem_full") &&
@@ -99,15 +100,7 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
 		if (!callback(&tid, callback_state))
 			img->entries[kept++] = *en;
 		else
-		{
-			removed++;
-			if (!have_slot)
-			{
-				AMR_FAULT_POINT("vacuum:before_mark_dead");
-				amr_leaf_mark_dead(leaf, (int) i);
-				AMR_FAULT_POINT("vacuum:after_mark_dead");
-			}
-		}
+			dead[removed++] = (uint16) i;
 	}
 	if (removed > 0 && have_slot)
 	{
@@ -120,7 +113,8 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
 		amr_leaf_write_image(index, tier, slot, img);
 		AMR_FAULT_POINT("vacuum:after_image_persisted");
 		/* commit point */
-		(void) amr_leaf_switch(t, leaf_id, tier, slot, &mbr, img, false);
+		(void) amr_leaf_switch(index, t, leaf_id, tier, slot, &mbr, img, false,
+							   AMR_LOG_REWRITE);
 		AMR_FAULT_POINT("vacuum:after_switch");
 	}
 	else
@@ -128,7 +122,11 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
 		if (have_slot)
 			amr_give_back_slot(tier, slot);
 		if (removed > 0)
-			amr_leaf_refresh_copy(leaf_id, leaf);
+		{
+			AMR_FAULT_POINT("vacuum:before_mark_dead");
+			amr_leaf_mark_dead_many(index, t, leaf_id, leaf, dead, (int) removed);
+			AMR_FAULT_POINT("vacuum:after_mark_dead");
+		}
 	}
 	if (removed > 0)
 		amr_counter_sub(&t->nentries, removed);
@@ -188,7 +186,8 @@ vacuum_ssd_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
 		if (amr_lt_word(s, leaf_id) == word)
 		{
-			(void) amr_leaf_switch(t, leaf_id, tier, slot, &mbr, img, false);
+			(void) amr_leaf_switch(index, t, leaf_id, tier, slot, &mbr, img, false,
+								   AMR_LOG_REWRITE);
 			AMR_FAULT_POINT("vacuum:after_switch");
 			amr_counter_sub(&t->nentries, removed);
 			done = true;

@@ -147,7 +147,10 @@ typedef struct AmrSharedState
 								 * yet published; exclusive for a consistent
 								 * allocator check */
 	ConditionVariable tier_cv;	/* a tree's tier lock was released */
-	pg_atomic_uint32 attached;	/* reconciliation done since (re)start */
+	pg_atomic_uint32 attached;	/* DRAM tier built from the pool since the
+								 * (re)start (amr_attach) */
+	pg_atomic_uint32 finished;	/* what recovery leaves to amrtree is done */
+	pg_atomic_uint32 replay_failed; /* WAL replay could not use the pool */
 	int			tree_tranche;
 	int			leaf_tranche;
 	uint64		pool_id;
@@ -194,6 +197,12 @@ extern void amr_pool_open_at_start(void);
 /* Postmaster: children are being restarted after a crash. */
 extern void amr_pool_note_crash_restart(void);
 
+/*
+ * This start may replay WAL over a copy of the pool (a base backup, archive
+ * recovery, a standby), not only over the pool this server last wrote.
+ */
+extern bool amr_pool_may_be_a_copy(void);
+
 /* The pool opened and is usable. */
 extern bool amr_pool_ready(void);
 
@@ -228,9 +237,10 @@ extern const char *amr_slotfile_describe(void);
 
 /*
  * Everything that touches an index starts here: errors out (with the reason)
- * when amrtree was not preloaded, the pool could not be opened, or the
- * server is a hot standby; on first use after a (re)start it reconciles the
- * pool and rebuilds the inner nodes from the Leaf Table.
+ * when amrtree was not preloaded, the pool could not be opened, or WAL
+ * replay could not use it; on first use after a (re)start or a recovery it
+ * attaches the pool (unless replay did) and finishes what recovery leaves
+ * to amrtree (amr_reconcile.c).
  */
 extern void amr_require_ready(void);
 extern bool amr_is_ready(void);
@@ -238,9 +248,21 @@ extern bool amr_is_reconciled(void);
 extern bool amr_pool_is_open(void);
 
 /* ---- reconciliation (amr_reconcile.c) ---- */
-extern void amr_reconcile(void);
+
+/*
+ * Build the DRAM tier from the pool, reading no catalog and writing no WAL
+ * (the startup process runs it before replay, with before_replay set).
+ */
+extern void amr_attach(bool before_replay);
+
+/* Rebuild tree t's inner nodes and counts from the Leaf Table (tree held exclusively). */
+extern void amr_tree_rebuild_inner(AmrTree *t);
+
+/* Postmaster, at an unclean start: entries beyond the last checkpoint are suspect. */
 extern void amr_note_unclean_start(XLogRecPtr last_checkpoint);
-extern void amr_register_wal_rmgr(int rmid);
+
+/* Startup process, at the end of redo: entries beyond replay_end are pruned. */
+extern void amr_note_replay_end(XLogRecPtr replay_end);
 
 /* ---- tree directory and lifecycle (amr_directory.c) ---- */
 
@@ -289,6 +311,13 @@ extern void amr_directory_register_hooks(void);
 
 /* Free every leaf of a tree and its record (commit callbacks: no ERROR). */
 extern void amr_tree_free_storage(uint32 tree_no);
+
+/*
+ * Mark a tree unusable on this server (WAL replay could not follow it, or
+ * did not restore a leaf): using its index raises an ERROR asking for
+ * REINDEX.  Persisted in its record.
+ */
+extern void amr_tree_mark_broken(uint32 tree_no);
 
 /* Return a tree's inner nodes and reset its DRAM descriptor. */
 extern void amr_tree_reset_dram(AmrTree *t);

@@ -53,8 +53,8 @@ typedef struct AmrPoolHeader
 	uint64_t	prune_horizon;	/* WAL position entries are being pruned to
 								 * after a crash, 0 if none: a crash during
 								 * the pruning resumes it (amr_reconcile.c) */
-	uint64_t	history_reset;	/* nonzero: the data directory was restored
-								 * or is (was) a standby; every tree is stale */
+	uint64_t	history_reset;	/* nonzero: WAL replay could not use the
+								 * pool at all; every tree is stale */
 	uint64_t	reserved[3];
 	uint64_t	initialized;	/* AMR_POOL_MAGIC once everything above is */
 } AmrPoolHeader;
@@ -73,6 +73,9 @@ typedef enum AmrTreeState
 #define AMR_TREE_FLAG_UNLOGGED	0x0001
 #define AMR_TREE_FLAG_TEMP		0x0002	/* index of a temporary table: owned
 										 * by backend_id, gone at restart */
+#define AMR_TREE_FLAG_BROKEN	0x0004	/* WAL replay could not follow the
+										 * primary for this tree (the server
+										 * log says why): it must be rebuilt */
 
 typedef struct AmrTreeRecord
 {

@@ -248,6 +248,51 @@ amr_choose_leaf(const AmrStore *s, const AmrTree *t, bool nulls,
 	}
 }
 
+/* Depth-first search below node for the level-1 entry of leaf_id. */
+static bool
+find_leaf_below(const AmrStore *s, uint32_t node, bool nulls, uint32_t leaf_id,
+				const AmrFBox *box, AmrPath *path)
+{
+	const AmrInnerNode *n = &s->nodes[node];
+	int			d = path->depth;
+	int			i;
+
+	if (d >= AMR_MAX_HEIGHT)
+		return false;
+	path->node[d] = node;
+	path->depth = d + 1;
+	for (i = 0; i < n->count; i++)
+	{
+		AmrFBox		eb = amr_node_entry_box(n, i);
+
+		/* the NULL side's boxes are all empty: search it all */
+		if (!nulls && !amr_fbox_covers(&eb, box))
+			continue;
+		path->idx[d] = (uint16_t) i;
+		if (n->level == 1)
+		{
+			if (n->child[i] == leaf_id)
+				return true;
+		}
+		else if (find_leaf_below(s, n->child[i], nulls, leaf_id, box, path))
+			return true;
+	}
+	path->depth = d;
+	return false;
+}
+
+bool
+amr_find_leaf_path(const AmrStore *s, const AmrTree *t, bool nulls, uint32_t leaf_id,
+				   const AmrFBox *box, AmrPath *path)
+{
+	uint32_t	root = nulls ? t->null_root : t->root;
+
+	path->depth = 0;
+	if (root == AMR_INVALID_NODE)
+		return false;
+	return find_leaf_below(s, root, nulls, leaf_id, box, path);
+}
+
 /* Atomically lower *p to v if v is smaller (or raise, for the max variant). */
 static void
 atomic_float_min(float *p, float v)

@@ -257,10 +257,10 @@ count_tier(AmrStore *s, uint32_t tree_no, uint32_t tier, int delta)
 }
 
 uint32_t
-amr_leaf_lsn_hint(const AmrLeaf *img)
+amr_leaf_lsn_hint(const AmrLeaf *img, uint64_t stamp_lsn)
 {
 	uint64_t	n = img->hdr.nentries;
-	uint64_t	max_lsn = 0;
+	uint64_t	max_lsn = stamp_lsn;
 	uint64_t	hint;
 	uint64_t	i;
 
@@ -280,7 +280,7 @@ amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
 				   uint32_t generation, uint32_t flags,
 				   uint32_t split_origin, uint32_t origin_version,
 				   uint32_t tier, uint32_t slot, const AmrFBox *mbr,
-				   const AmrLeaf *img)
+				   const AmrLeaf *img, uint64_t stamp_lsn)
 {
 	AmrLeafTableEntry *e = &s->lt[leaf_id];
 	uint64_t	old = amr_lt_word(s, leaf_id);
@@ -292,7 +292,7 @@ amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
 	e->split_origin = split_origin;
 	e->split_origin_version = origin_version;
 	e->entries = (uint16_t) amr_leaf_live_entries(img);
-	e->lsn_hint = amr_leaf_lsn_hint(img);
+	e->lsn_hint = amr_leaf_lsn_hint(img, stamp_lsn);
 	e->mbr[version & 1] = *mbr;
 	amr_persist(e, sizeof(*e));
 	amr_store_persist_u64(&e->word, AMR_MAKE_WORD(tier, slot, version));
@@ -301,7 +301,7 @@ amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
 
 uint64_t
 amr_lt_switch(AmrStore *s, uint32_t leaf_id, uint32_t tier, uint32_t slot,
-			  const AmrFBox *mbr, const AmrLeaf *img)
+			  const AmrFBox *mbr, const AmrLeaf *img, uint64_t stamp_lsn)
 {
 	AmrLeafTableEntry *e = &s->lt[leaf_id];
 	uint64_t	old = amr_lt_word(s, leaf_id);
@@ -309,7 +309,7 @@ amr_lt_switch(AmrStore *s, uint32_t leaf_id, uint32_t tier, uint32_t slot,
 
 	e->mbr[version & 1] = *mbr;
 	e->entries = (uint16_t) amr_leaf_live_entries(img);
-	e->lsn_hint = amr_leaf_lsn_hint(img);
+	e->lsn_hint = amr_leaf_lsn_hint(img, stamp_lsn);
 	amr_persist(e, sizeof(*e));
 	amr_store_persist_u64(&e->word, AMR_MAKE_WORD(tier, slot, version));
 	count_tier(s, e->tree_no, AMR_WORD_TIER(old), -1);

@@ -229,7 +229,7 @@ amr_first_leaf_prepare(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
 
 void
 amr_first_leaf_commit(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
-					  const AmrLeaf *img, bool nulls, AmrReservation *r)
+					  const AmrLeaf *img, bool nulls, AmrReservation *r, uint64_t stamp_lsn)
 {
 	uint32_t	leaf_id = r->new_leaf;
 	AmrFBox		box = amr_entry_fbox(e);
@@ -237,7 +237,7 @@ amr_first_leaf_commit(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
 
 	amr_lt_publish_new(s, leaf_id, t->tree_no, t->generation,
 					   nulls ? AMR_LT_FLAG_NULLS : 0, AMR_INVALID_LEAF, 0,
-					   r->tier_left, r->slot_left, &mbr, img);
+					   r->tier_left, r->slot_left, &mbr, img, stamp_lsn);
 	AMR_FAULT_POINT("first_leaf:after_publish");
 	amr_leaf_volatile_reset(&s->leaves[leaf_id]);
 	s->leaves[leaf_id].writes_pending = 1;
@@ -274,7 +274,7 @@ void
 amr_split_commit(AmrStore *s, AmrTree *t, uint32_t leaf_id, uint64_t word,
 				 const AmrPath *path, bool nulls, AmrReservation *r,
 				 const AmrLeaf *left, const AmrLeaf *right,
-				 const AmrFBox *left_box, const AmrFBox *right_box)
+				 const AmrFBox *left_box, const AmrFBox *right_box, uint64_t stamp_lsn)
 {
 	AmrFBox		zero = {0, 0, 0, 0};
 	AmrLeafVolatile *lv = &s->leaves[leaf_id];
@@ -284,10 +284,11 @@ amr_split_commit(AmrStore *s, AmrTree *t, uint32_t leaf_id, uint64_t word,
 	amr_lt_publish_new(s, r->new_leaf, t->tree_no, t->generation,
 					   nulls ? AMR_LT_FLAG_NULLS : 0,
 					   leaf_id, AMR_WORD_VERSION(word), r->tier_right, r->slot_right,
-					   right_box, right);
+					   right_box, right, stamp_lsn);
 	AMR_FAULT_POINT("split:after_publish");
 	/* commit point */
-	old_word = amr_lt_switch(s, leaf_id, r->tier_left, r->slot_left, left_box, left);
+	old_word = amr_lt_switch(s, leaf_id, r->tier_left, r->slot_left, left_box, left,
+							 stamp_lsn);
 	AMR_FAULT_POINT("split:after_switch");
 	amr_free_word_slot(s, old_word);
 
@@ -364,7 +365,7 @@ amr_insert_single(AmrStore *s, AmrTree *t, const AmrLeafEntry *e)
 		amr_memcpy_nodrain(amr_pmem_slot(s, r.slot_left), &left, amr_leaf_image_bytes(&left));
 		amr_drain();
 		amr_split_commit(s, t, leaf_id, word, &path, nulls, &r, &left, &right,
-						 &lbox, &rbox);
+						 &lbox, &rbox, 0);
 	}
 	else
 	{
@@ -372,7 +373,7 @@ amr_insert_single(AmrStore *s, AmrTree *t, const AmrLeafEntry *e)
 			return st;
 		amr_first_leaf_prepare(s, t, e, nulls, &r, &left);
 		amr_pmem_write_image(s, r.slot_left, &left);
-		amr_first_leaf_commit(s, t, e, &left, nulls, &r);
+		amr_first_leaf_commit(s, t, e, &left, nulls, &r, 0);
 	}
 	amr_release_reservation(s, &r);
 	amr_counter_add(&t->nentries, 1);

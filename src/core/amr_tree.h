@@ -72,9 +72,21 @@ typedef struct AmrLeafVolatile
 	float		hotness;		/* all accesses */
 	float		update_hot;		/* writes: appends, rewrites (R3) */
 	float		smo_hot;		/* splits (R6) */
-	uint32_t	flags;
+	uint32_t	flags;			/* AMR_LEAF_VOLATILE_* */
 	double		last_fold;		/* when the scores were last decayed */
+	uint64_t	full_image_lsn; /* end of the last WAL record that carried
+								 * this leaf whole, 0 if none since the
+								 * server started (amr_wal.c) */
 } AmrLeafVolatile;
+
+/*
+ * A leaf whose Leaf Table word, in a pool that WAL replay is about to bring
+ * up to date, names a slot it cannot own (out of range, or another leaf's):
+ * a copy of the pool torn by a base backup.  Replay must install a whole
+ * image of it before the standby is consistent; its old slot is never
+ * freed (it belongs to the other leaf).  See amr_walredo.c.
+ */
+#define AMR_LEAF_VOLATILE_SUSPECT	0x0001
 
 /* DRAM descriptor of one tree (index), indexed by tree number. */
 typedef struct AmrTree
@@ -111,6 +123,8 @@ typedef struct AmrTree
 	/* lifecycle */
 	uint32_t	drops_pending;	/* atomic: transactions that will drop this
 								 * tree if they commit */
+	uint32_t	inner_stale;	/* WAL replay published leaves without inner
+								 * nodes (a build): build them before use */
 } AmrTree;
 
 /*
@@ -281,20 +295,27 @@ extern void amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
 							   uint32_t generation, uint32_t flags,
 							   uint32_t split_origin, uint32_t origin_version,
 							   uint32_t tier, uint32_t slot, const AmrFBox *mbr,
-							   const AmrLeaf *img);
+							   const AmrLeaf *img, uint64_t stamp_lsn);
 
 /*
  * Switch an existing leaf to a new image: store the MBR for the next
  * version (and the image's summary), persist, then store and persist the
  * new word.  Returns the old word so the caller can reclaim the old slot.
  * These functions also keep the tree's per-tier leaf counts.
+ *
+ * stamp_lsn (0 if none) is the end of the WAL record that logged the
+ * change: the Leaf Table's lsn_hint is raised to cover it, so that after a
+ * crash a change whose record did not reach durable WAL can be found.
  */
 extern uint64_t amr_lt_switch(AmrStore *s, uint32_t leaf_id, uint32_t tier,
 							  uint32_t slot, const AmrFBox *mbr,
-							  const AmrLeaf *img);
+							  const AmrLeaf *img, uint64_t stamp_lsn);
 
-/* Upper bound of an image's entry WAL positions, as a Leaf Table lsn_hint. */
-extern uint32_t amr_leaf_lsn_hint(const AmrLeaf *img);
+/*
+ * Upper bound of an image's entry WAL positions and of stamp_lsn, as a Leaf
+ * Table lsn_hint.
+ */
+extern uint32_t amr_leaf_lsn_hint(const AmrLeaf *img, uint64_t stamp_lsn);
 
 /* Mark a leaf id free (version still grows); returns the old word. */
 extern uint64_t amr_lt_release(AmrStore *s, uint32_t leaf_id);
@@ -355,6 +376,17 @@ extern void amr_tree_free_nodes(AmrStore *s, AmrTree *t);
  */
 extern uint32_t amr_choose_leaf(const AmrStore *s, const AmrTree *t, bool nulls,
 								const AmrFBox *b, AmrPath *path);
+
+/*
+ * Find the path from the root to the level-1 entry of leaf_id, whose box
+ * covers "box" (the leaf's Leaf Table box: every box on its path covers it),
+ * by searching every subtree whose box covers it, as GiST's gistFindPath
+ * does.  For WAL replay, which knows a leaf but not where the replaying
+ * server's inner nodes keep it.  Returns false if the leaf is not found.
+ * Caller holds the tree lock.
+ */
+extern bool amr_find_leaf_path(const AmrStore *s, const AmrTree *t, bool nulls,
+							   uint32_t leaf_id, const AmrFBox *box, AmrPath *path);
 
 /* Widen every box on the path to cover b (atomic, monotone). */
 extern void amr_path_enlarge(AmrStore *s, const AmrPath *path, const AmrFBox *b);
@@ -552,7 +584,7 @@ extern void amr_first_leaf_prepare(AmrStore *s, AmrTree *t, const AmrLeafEntry *
 								   bool nulls, const AmrReservation *r, AmrLeaf *img);
 extern void amr_first_leaf_commit(AmrStore *s, AmrTree *t, const AmrLeafEntry *e,
 								  const AmrLeaf *img,
-								  bool nulls, AmrReservation *r);
+								  bool nulls, AmrReservation *r, uint64_t stamp_lsn);
 
 /*
  * Split the full leaf (image "full", Leaf Table word "word") reached by
@@ -571,7 +603,8 @@ extern void amr_split_prepare(AmrStore *s, AmrTree *t, uint32_t leaf_id,
 extern void amr_split_commit(AmrStore *s, AmrTree *t, uint32_t leaf_id, uint64_t word,
 							 const AmrPath *path, bool nulls, AmrReservation *r,
 							 const AmrLeaf *left, const AmrLeaf *right,
-							 const AmrFBox *left_box, const AmrFBox *right_box);
+							 const AmrFBox *left_box, const AmrFBox *right_box,
+							 uint64_t stamp_lsn);
 
 /* Single-threaded insert for tools and tests (no locking, PMEM only). */
 extern AmrStatus amr_insert_single(AmrStore *s, AmrTree *t, const AmrLeafEntry *e);

@@ -500,7 +500,7 @@ test_bulk_pack(void)
 		amr_leaf_image_init(leaf, (uint32_t) id, 2, 1, 1, false);
 		leaf->hdr.nentries = 0;
 		amr_lt_publish_new(&st, (uint32_t) id, 2, 1, 0, AMR_INVALID_LEAF, 0,
-						   AMR_TIER_PMEM, (uint32_t) slot, &f, leaf);
+						   AMR_TIER_PMEM, (uint32_t) slot, &f, leaf, 0);
 		items[i].box = f;
 		items[i].ref = (uint32_t) id;
 	}

@@ -683,7 +683,7 @@ pack_rows(const Row *rows, size_t n, uint32_t tree_no)
 			}
 			leaf->hdr.nentries = take;
 			amr_lt_publish_new(&st, (uint32_t) id, tree_no, 1, 0, AMR_INVALID_LEAF, 0,
-							   AMR_TIER_PMEM, (uint32_t) slot, &mbr, leaf);
+							   AMR_TIER_PMEM, (uint32_t) slot, &mbr, leaf, 0);
 			leaf_items[nleaves].box = mbr;
 			leaf_items[nleaves].ref = (uint32_t) id;
 			nleaves++;

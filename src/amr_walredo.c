@@ -1,0 +1,938 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_walredo.c
+ *		Replaying amrtree's WAL records (docs/design.md, "WAL replay").
+ *
+ * Replay runs in the startup process: on a standby, in archive recovery,
+ * and in crash recovery.  Before the first record it attaches the pool
+ * (amr_attach: the DRAM tier is built from the Leaf Table, as after any
+ * start), and from then on it changes leaves the way a backend does --
+ * under the same publish, tree and leaf locks, through the leaf store --
+ * so that hot-standby queries read the leaves and inner nodes while it
+ * works.  It places leaves by this server's own budgets: records name
+ * leaves by logical id, and the slots are this server's.
+ *
+ * Idempotence: a record may be replayed over a pool that already has its
+ * change.  Two cases, told apart by how the server started
+ * (amr_pool_may_be_a_copy):
+ *
+ * Crash recovery replays over the pool this server itself wrote, which is
+ * ahead of the WAL: every change reached it when it was made, so only the
+ * last change of a leaf, made after its record and interrupted by the
+ * crash, can be missing -- and changes whose records never reached durable
+ * WAL are there too.  Each leaf record carries the leaf's Leaf Table
+ * version as the change left it (this server's own versions), and a record
+ * whose version the leaf has reached is skipped, as PostgreSQL skips a
+ * record older than its page's LSN.  Replaying it anyway would reset the
+ * leaf to an older state while leaves changed after it keep their newer
+ * one: a split whose record was lost would leave its right half holding
+ * entries the reset left half holds again.  What lies beyond the replayed
+ * WAL is found and logged again after recovery (amr_reconcile.c).
+ *
+ * A base backup, archive recovery and a standby replay over a copy, which
+ * may be torn but holds no change whose record the replay does not reach
+ * (the backup ends after every change it copied).  Versions say nothing
+ * there (a move changes one without a record), so:
+ *
+ *	- whole images (IMAGES, SPLIT) are installed unconditionally, as
+ *	  PostgreSQL restores full-page images: the leaf becomes exactly what
+ *	  it was when the record was written, and later records bring it
+ *	  forward;
+ *	- an APPEND is skipped if the leaf already holds its entry: the entry
+ *	  at its position carries the record's end as its WAL position (the
+ *	  primary stamps it so too), which no other entry can;
+ *	- MARK_DEAD sets flags that stay set.
+ *
+ * A delta (APPEND, MARK_DEAD) is never the first record of a leaf after a
+ * checkpoint's redo pointer (the primary logs the leaf whole instead, see
+ * amr_wal.c), so a torn copy of a leaf is always overwritten by an image
+ * before a delta applies to it.
+ *
+ * A record that cannot be applied (the standby's pool has no room, its
+ * Leaf Table is smaller than the primary's, a leaf it names is not where
+ * the record says) marks the tree broken: its index raises an ERROR asking
+ * for REINDEX, and its later records are skipped.  Replay itself never
+ * stops: the rest of the cluster's WAL does not wait for amrtree.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amr_leafstore.h"
+#include "amr_wal.h"
+
+#include "access/xlog.h"
+#include "access/xlogrecovery.h"
+#include "miscadmin.h"
+#include "utils/memutils.h"
+
+/* Replay can maintain the pool (it attached). */
+static bool redo_active = false;
+
+/* Replay over the pool this server wrote (crash recovery): see above. */
+static bool redo_over_own_pool = false;
+
+/*
+ * Crash recovery: does the pool's leaf of tree t already have the change
+ * that left it at "version" (reached_if_equal) or one that came after it?
+ */
+static bool
+already_has(const AmrTree *t, uint32 leaf_id, uint32 version, bool reached_if_equal)
+{
+	uint64		word;
+	uint32		have;
+
+	if (!redo_over_own_pool)
+		return false;
+	word = amr_lt_word(&amr_store, leaf_id);
+	if (!amr_lt_owned_by(&amr_store, leaf_id, word, t->tree_no, t->generation))
+		return false;
+	have = AMR_WORD_VERSION(word);
+	return reached_if_equal ? have >= version : have > version;
+}
+
+/* Per-record memory, reset after each. */
+static MemoryContext redo_cxt = NULL;
+
+/* Leaf buffers (4 KiB aligned) kept across records. */
+static AmrLeaf *redo_buf[3];
+
+/* The tree the current record is about, to mark broken if replay fails. */
+static int32 redo_tree_no = -1;
+
+/* ---- trees ---- */
+
+static bool
+record_is_live(const AmrTreeRecord *rec)
+{
+	return rec->state == AMR_TREE_VALID || rec->state == AMR_TREE_BUILDING;
+}
+
+static bool
+record_has(const AmrTreeRecord *rec, const xl_amr_tree *ref)
+{
+	return record_is_live(rec) && !(rec->flags & AMR_TREE_FLAG_TEMP) &&
+		rec->db_oid == ref->db && rec->spc_oid == ref->spc &&
+		rec->relfilenode == ref->relfilenode;
+}
+
+/*
+ * The tree a record is about: in the directory record the primary used,
+ * with its generation (replay keeps them so where it can), else the newest
+ * live tree of that storage.  NULL if this server has none (its pool is not
+ * a copy of the primary's) or the tree is broken.
+ */
+static AmrTree *
+redo_tree(const xl_amr_tree *ref)
+{
+	AmrStore   *s = &amr_store;
+	int32		found = -1;
+	uint32		tn;
+
+	if (ref->tree_no < AMR_MAX_TREES &&
+		record_has(&s->tree_records[ref->tree_no], ref) &&
+		s->tree_records[ref->tree_no].generation == ref->generation)
+		found = (int32) ref->tree_no;
+	else
+	{
+		for (tn = 0; tn < AMR_MAX_TREES; tn++)
+			if (record_has(&s->tree_records[tn], ref) &&
+				(found < 0 ||
+				 s->tree_records[tn].create_lsn > s->tree_records[found].create_lsn))
+				found = (int32) tn;
+	}
+	if (found < 0)
+		return NULL;
+	redo_tree_no = found;
+	if (s->tree_records[found].flags & AMR_TREE_FLAG_BROKEN)
+		return NULL;
+	return &s->trees[found];
+}
+
+/* Build a tree's inner nodes if replay left them to be built. */
+static void
+ready_inner(AmrTree *t)
+{
+	if (!t->inner_stale)
+		return;
+	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+	if (t->inner_stale)
+		amr_tree_rebuild_inner(t);
+	LWLockRelease(amr_tree_lock(t));
+}
+
+/* Give up on a tree: see the file header. */
+static void
+redo_broken(AmrTree *t, const char *why)
+{
+	AmrTreeRecord *rec = &amr_store.tree_records[t->tree_no];
+
+	ereport(WARNING,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("amrtree: WAL replay cannot follow the tree of relation %u/%u/%u: %s",
+					rec->spc_oid, rec->db_oid, rec->relfilenode, why),
+			 errdetail("Its index cannot be used on this server until it is rebuilt."),
+			 errhint("REINDEX the index on the primary; this server follows.")));
+	amr_tree_mark_broken(t->tree_no);
+}
+
+static void
+redo_tree_create(XLogReaderState *record)
+{
+	AmrStore   *s = &amr_store;
+	xl_amr_tree_create *x = (xl_amr_tree_create *) XLogRecGetData(record);
+	uint32		tn = x->tree.tree_no;
+	AmrTreeRecord *rec;
+	AmrTree    *t;
+
+	if (tn >= AMR_MAX_TREES)
+		return;
+	rec = &s->tree_records[tn];
+
+	/*
+	 * Generations only grow, on the primary and in replay alike: a record
+	 * of this generation or a later one means the pool already has this
+	 * creation (and perhaps the tree's drop and the record's reuse after
+	 * it: replayed over a pool that is ahead, as in crash recovery).
+	 */
+	if (rec->generation >= x->tree.generation)
+		return;
+	/* the primary reuses this record: whatever it held is gone there */
+	if (rec->state != AMR_TREE_FREE)
+		amr_tree_free_storage(tn);
+
+	LWLockAcquire(&amr_shared->directory_lock, LW_EXCLUSIVE);
+	rec->flags = x->flags & (AMR_TREE_FLAG_UNLOGGED);
+	rec->backend_id = -1;
+	rec->db_oid = x->tree.db;
+	rec->spc_oid = x->tree.spc;
+	rec->relfilenode = x->tree.relfilenode;
+	rec->index_oid = x->index_oid;
+	rec->create_xid = x->create_xid;
+	/* equal to the primary's, so that records and metapages name it */
+	rec->generation = x->tree.generation;
+	rec->create_lsn = record->EndRecPtr;
+	rec->budget_kind = x->budget_kind;
+	rec->tiering_off = x->tiering_off;
+	rec->budget_value = x->budget_value;
+	amr_persist(rec, sizeof(*rec));
+	rec->state = AMR_TREE_BUILDING;
+	amr_persist(&rec->state, sizeof(rec->state));
+	LWLockRelease(&amr_shared->directory_lock);
+
+	t = &s->trees[tn];
+	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+	amr_tree_free_nodes(s, t);
+	amr_tree_descriptor_init(t, tn, rec);
+	/* no nodes until its leaves are known (TREE_BUILT, or first use) */
+	t->inner_stale = 1;
+	LWLockRelease(amr_tree_lock(t));
+}
+
+static void
+redo_tree_drop(XLogReaderState *record)
+{
+	xl_amr_tree_drop *x = (xl_amr_tree_drop *) XLogRecGetData(record);
+
+	if (redo_tree(&x->tree) != NULL || redo_tree_no >= 0)
+		amr_tree_free_storage((uint32) redo_tree_no);
+}
+
+static void
+redo_tree_built(XLogReaderState *record)
+{
+	xl_amr_tree_built *x = (xl_amr_tree_built *) XLogRecGetData(record);
+	AmrTree    *t = redo_tree(&x->tree);
+
+	if (t == NULL)
+		return;
+	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+	amr_tree_rebuild_inner(t);
+	LWLockRelease(amr_tree_lock(t));
+}
+
+/* ---- leaves ---- */
+
+/* A leaf image of tree t from logged entries, with this server's header. */
+static void
+image_from_record(AmrTree *t, AmrLeaf *img, uint32 leaf_id, uint16 flags,
+				  const char *entries, uint16 nentries)
+{
+	amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation, 0,
+						(flags & AMR_LEAF_FLAG_NULLS) != 0);
+	memcpy(img->entries, entries, (Size) nentries * sizeof(AmrLeafEntry));
+	img->hdr.nentries = nentries;
+}
+
+static AmrFBox
+image_box(const AmrLeaf *img)
+{
+	return (img->hdr.flags & AMR_LEAF_FLAG_NULLS) ? amr_fbox_empty() : amr_leaf_image_mbr(img);
+}
+
+/* Live entries of the current image of a leaf (leaf held). */
+static uint64
+current_entries(uint32 leaf_id, uint64 word)
+{
+	AmrStore   *s = &amr_store;
+
+	if (AMR_WORD_TIER(word) == AMR_TIER_PMEM && AMR_WORD_SLOT(word) < s->pmem_nslots &&
+		!(s->leaves[leaf_id].flags & AMR_LEAF_VOLATILE_SUSPECT))
+	{
+		AmrLeaf    *leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
+
+		if (leaf->hdr.magic == AMR_LEAF_MAGIC && leaf->hdr.nentries <= AMR_LEAF_CAPACITY)
+			return amr_leaf_live_entries(leaf);
+		return 0;
+	}
+	return s->lt[leaf_id].entries;
+}
+
+/*
+ * Take a slot for a new image on the tier this server's budget wants, else
+ * the other.  Returns false (the tree is then broken) if there is none.
+ * Caller holds the publish lock shared.
+ */
+static bool
+take_slot(AmrTree *t, AmrSlotPurpose purpose, bool adds, uint32 *tier, uint32 *slot)
+{
+	uint32		want = amr_tree_new_image_tier(t, 1, adds ? 1 : 0);
+
+	if (amr_try_take_slot(purpose, want, tier, slot))
+		return true;
+	redo_broken(t, "this server's PMEM pool and SSD slot file have no free slot (raise amrtree.pmem_size or amrtree.ssd_size)");
+	return false;
+}
+
+/*
+ * Another live tree owns a leaf id that the record gives to t: this
+ * server's pool disagrees with the primary's.  Take the id back from it
+ * (its inner nodes are rebuilt at its next use).
+ */
+static void
+take_back_leaf(uint32 leaf_id)
+{
+	AmrStore   *s = &amr_store;
+	uint32		owner = s->lt[leaf_id].tree_no;
+	AmrTree    *o;
+
+	if (owner >= AMR_MAX_TREES)
+		return;
+	o = &s->trees[owner];
+	ereport(LOG,
+			(errmsg("amrtree: WAL replay gives leaf %u, which tree %u holds here, to another tree",
+					leaf_id, owner)));
+	LWLockAcquire(amr_tree_lock(o), LW_EXCLUSIVE);
+	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+	amr_leaf_free(o, leaf_id);
+	LWLockRelease(amr_leaf_lock(leaf_id));
+	o->inner_stale = 1;
+	LWLockRelease(amr_tree_lock(o));
+}
+
+/*
+ * Widen the inner boxes above a leaf, whose Leaf Table box is old_box, to
+ * cover new_box.  Caller holds the tree lock (shared is enough: widening is
+ * atomic and monotone, as inserts do it).  Returns false if the leaf is not
+ * found under its box (the caller rebuilds the inner nodes).
+ */
+static bool
+widen_above(AmrTree *t, uint32 leaf_id, bool nulls, const AmrFBox *old_box,
+			const AmrFBox *new_box)
+{
+	AmrPath		path;
+
+	if (nulls || amr_fbox_is_empty(new_box) || amr_fbox_covers(old_box, new_box))
+		return true;
+	if (!amr_find_leaf_path(&amr_store, t, nulls, leaf_id, old_box, &path))
+		return false;
+	amr_path_enlarge(&amr_store, &path, new_box);
+	return true;
+}
+
+/*
+ * A leaf of tree t becomes exactly img, out of place: a new slot, the
+ * inner boxes widened as needed, the word switched.  The leaf exists in t.
+ */
+static void
+replace_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *img)
+{
+	AmrStore   *s = &amr_store;
+	bool		nulls = (img->hdr.flags & AMR_LEAF_FLAG_NULLS) != 0;
+	AmrFBox		box = image_box(img);
+	uint32		tier;
+	uint32		slot;
+	uint64		word = amr_lt_word(s, leaf_id);
+	AmrFBox		old_box = amr_lt_mbr(s, leaf_id, word);
+	uint64		before;
+
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	if (!take_slot(t, AMR_SLOT_REPLACES, false, &tier, &slot))
+	{
+		LWLockRelease(&amr_shared->publish_lock);
+		return;
+	}
+	img->hdr.version = AMR_WORD_VERSION(word) + 1;
+	amr_leaf_write_image(NULL, tier, slot, img);
+
+	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
+	if (!widen_above(t, leaf_id, nulls, &old_box, &box))
+	{
+		LWLockRelease(amr_tree_lock(t));
+		LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+		amr_tree_rebuild_inner(t);
+		(void) widen_above(t, leaf_id, nulls, &old_box, &box);
+	}
+	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+	before = current_entries(leaf_id, word);
+	/* a suspect leaf's old slot is not its to give: the store keeps it */
+	(void) amr_leaf_switch(NULL, t, leaf_id, tier, slot, &box, img, false, AMR_LOG_NONE);
+	LWLockRelease(amr_leaf_lock(leaf_id));
+	LWLockRelease(amr_tree_lock(t));
+	LWLockRelease(&amr_shared->publish_lock);
+	amr_counter_add(&t->nentries, amr_leaf_live_entries(img));
+	amr_counter_sub(&t->nentries, before);
+}
+
+/*
+ * A leaf id that tree t does not have becomes a leaf of t holding img:
+ * published and linked into the inner nodes where it fits best (a split's
+ * right half goes next to its left one instead, see redo_split).
+ */
+static void
+add_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *img, bool link)
+{
+	AmrStore   *s = &amr_store;
+	bool		nulls = (img->hdr.flags & AMR_LEAF_FLAG_NULLS) != 0;
+	AmrFBox		mbr = image_box(img);
+	AmrFBox		zero = {0, 0, 0, 0};
+	AmrFBox		box = nulls ? zero : mbr;
+	uint32		tier;
+	uint32		slot;
+	uint64		word;
+
+	if (AMR_WORD_TIER(amr_lt_word(s, leaf_id)) != AMR_TIER_NONE)
+		take_back_leaf(leaf_id);
+	word = amr_lt_word(s, leaf_id);
+
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	if (!take_slot(t, AMR_SLOT_ADDS, true, &tier, &slot))
+	{
+		LWLockRelease(&amr_shared->publish_lock);
+		return;
+	}
+	img->hdr.version = AMR_WORD_VERSION(word) + 1;
+	amr_leaf_write_image(NULL, tier, slot, img);
+
+	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+	(void) amr_bitmap_set(s->leaf_ids_used, leaf_id);
+	amr_lt_publish_new(s, leaf_id, t->tree_no, t->generation, nulls ? AMR_LT_FLAG_NULLS : 0,
+					   AMR_INVALID_LEAF, 0, tier, slot, &mbr, img, 0);
+	amr_leaf_volatile_reset(&s->leaves[leaf_id]);
+	amr_counter_add(&t->nleaves, 1);
+	amr_counter_add(&t->nentries, amr_leaf_live_entries(img));
+
+	if (!link || t->inner_stale || (nulls ? t->null_root : t->root) == AMR_INVALID_NODE)
+		t->inner_stale = 1;		/* the next user builds the nodes */
+	else if (s->nodes[nulls ? t->null_root : t->root].count == 0)
+		amr_add_first_leaf(s, t, nulls, leaf_id, &box);
+	else
+	{
+		AmrPath		path;
+		uint32		spare[AMR_MAX_HEIGHT + 1];
+		int			need;
+		int			i;
+		AmrFBox		left_box;
+
+		(void) amr_choose_leaf(s, t, nulls, &box, &path);
+		need = amr_path_nodes_needed(s, &path);
+		for (i = 0; i <= AMR_MAX_HEIGHT; i++)
+			spare[i] = AMR_INVALID_NODE;
+		for (i = 0; i < need; i++)
+			if (need > AMR_MAX_HEIGHT || amr_node_alloc(s, &spare[i], 1) != AMR_OK)
+				break;
+		if (i < need)
+		{
+			/* no room for the nodes: the whole tree is packed again instead */
+			for (i = 0; i <= AMR_MAX_HEIGHT; i++)
+				if (spare[i] != AMR_INVALID_NODE)
+					amr_node_free(s, spare[i]);
+			t->inner_stale = 1;
+		}
+		else
+		{
+			if (!nulls)
+				amr_path_enlarge(s, &path, &box);
+			left_box = amr_node_entry_box(&s->nodes[path.node[path.depth - 1]],
+										  path.idx[path.depth - 1]);
+			amr_apply_leaf_split(s, t, nulls, &path, &left_box, leaf_id, &box, spare, NULL);
+			for (i = 0; i <= AMR_MAX_HEIGHT; i++)
+				if (spare[i] != AMR_INVALID_NODE)
+					amr_node_free(s, spare[i]);
+		}
+	}
+	if (t->inner_stale && link)
+		amr_tree_rebuild_inner(t);
+	LWLockRelease(amr_tree_lock(t));
+	LWLockRelease(&amr_shared->publish_lock);
+}
+
+/* Make leaf_id of t hold exactly img, whether t has it or not. */
+static void
+put_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *img, bool link)
+{
+	uint64		word = amr_lt_word(&amr_store, leaf_id);
+
+	if (amr_lt_owned_by(&amr_store, leaf_id, word, t->tree_no, t->generation))
+	{
+		if (!link)
+			t->inner_stale = 1;
+		replace_leaf(t, leaf_id, img);
+	}
+	else
+		add_leaf(t, leaf_id, img, link);
+}
+
+static bool
+leaf_id_fits(AmrTree *t, uint32 leaf_id)
+{
+	if (leaf_id < amr_store.lt_capacity)
+		return true;
+	redo_broken(t, psprintf("leaf id %u is beyond this server's Leaf Table of %u entries (set amrtree.pmem_size at least as large as the primary's)",
+							leaf_id, amr_store.lt_capacity));
+	return false;
+}
+
+static void
+redo_images(XLogReaderState *record)
+{
+	char	   *data = XLogRecGetData(record);
+	Size		len = XLogRecGetDataLen(record);
+	xl_amr_images *x = (xl_amr_images *) data;
+	AmrTree    *t = redo_tree(&x->tree);
+	Size		off = sizeof(xl_amr_images);
+	int			i;
+
+	if (t == NULL)
+		return;
+	if (x->kind != AMR_IMAGE_BUILD)
+		ready_inner(t);
+	for (i = 0; i < x->nimages && off + sizeof(xl_amr_image) <= len; i++)
+	{
+		xl_amr_image h;
+		AmrLeaf    *img = redo_buf[0];
+
+		memcpy(&h, data + off, sizeof(h));
+		off += sizeof(h);
+		if (!leaf_id_fits(t, h.leaf_id))
+			return;
+		if (already_has(t, h.leaf_id, h.version, true))
+		{
+			off += (Size) h.nentries * sizeof(AmrLeafEntry);
+			continue;
+		}
+		image_from_record(t, img, h.leaf_id, h.flags, data + off, h.nentries);
+		off += (Size) h.nentries * sizeof(AmrLeafEntry);
+		if (h.fresh_pos != AMR_NO_FRESH_ENTRY && h.fresh_pos < h.nentries)
+			img->entries[h.fresh_pos].insert_lsn = record->EndRecPtr;
+		put_leaf(t, h.leaf_id, img, x->kind != AMR_IMAGE_BUILD);
+		if (amr_store.tree_records[t->tree_no].flags & AMR_TREE_FLAG_BROKEN)
+			return;
+	}
+}
+
+/*
+ * The current image of a leaf of t, copied into buf; 0 (the tree is then
+ * broken) if t does not have it.  No lock held.
+ */
+static uint64
+read_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *buf, const char *what)
+{
+	uint64		word = amr_leaf_read(NULL, t, leaf_id, buf, NULL, NULL);
+
+	if (word == 0)
+		redo_broken(t, psprintf("%s names leaf %u, which this server's tree does not have", what,
+								leaf_id));
+	return word;
+}
+
+static void
+redo_append(XLogReaderState *record)
+{
+	AmrStore   *s = &amr_store;
+	xl_amr_append *x = (xl_amr_append *) XLogRecGetData(record);
+	AmrTree    *t = redo_tree(&x->tree);
+	AmrLeafEntry e = x->entry;
+	bool		nulls = (e.flags & AMR_ENTRY_FLAG_NULL) != 0;
+	AmrFBox		box = amr_entry_fbox(&e);
+	uint32		leaf_id = x->leaf_id;
+	uint64		word;
+	AmrLeaf    *img = redo_buf[0];
+	int			attempt;
+
+	if (t == NULL || !leaf_id_fits(t, leaf_id) || already_has(t, leaf_id, x->version, false))
+		return;
+	ready_inner(t);
+	e.insert_lsn = record->EndRecPtr;
+
+	for (attempt = 0; attempt < 2; attempt++)
+	{
+		AmrLeaf    *leaf;
+		AmrFBox		old_box;
+		uint64		n;
+		bool		found;
+
+		LWLockAcquire(amr_tree_lock(t), attempt == 0 ? LW_SHARED : LW_EXCLUSIVE);
+		if (attempt > 0)
+			amr_tree_rebuild_inner(t);
+		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+		word = amr_lt_word(s, leaf_id);
+		if (!amr_lt_owned_by(s, leaf_id, word, t->tree_no, t->generation) ||
+			AMR_WORD_TIER(word) != AMR_TIER_PMEM ||
+			(s->leaves[leaf_id].flags & AMR_LEAF_VOLATILE_SUSPECT))
+		{
+			LWLockRelease(amr_leaf_lock(leaf_id));
+			LWLockRelease(amr_tree_lock(t));
+			break;				/* not a PMEM leaf of t: see below */
+		}
+		leaf = amr_leaf_pmem_image(NULL, t, leaf_id, &word);
+		n = leaf->hdr.nentries;
+		if (x->pos < n && leaf->entries[x->pos].insert_lsn == e.insert_lsn &&
+			!(leaf->entries[x->pos].flags & AMR_ENTRY_FLAG_DEAD))
+		{
+			/* this leaf has seen the record */
+			LWLockRelease(amr_leaf_lock(leaf_id));
+			LWLockRelease(amr_tree_lock(t));
+			return;
+		}
+		if (x->pos > n || x->pos >= AMR_LEAF_CAPACITY)
+		{
+			LWLockRelease(amr_leaf_lock(leaf_id));
+			LWLockRelease(amr_tree_lock(t));
+			redo_broken(t, psprintf("an entry goes to position %u of leaf %u, which has %u",
+									x->pos, leaf_id, (unsigned) n));
+			return;
+		}
+		old_box = amr_lt_mbr(s, leaf_id, word);
+		found = widen_above(t, leaf_id, nulls, &old_box, &box);
+		if (!found)
+		{
+			LWLockRelease(amr_leaf_lock(leaf_id));
+			LWLockRelease(amr_tree_lock(t));
+			continue;			/* rebuild the nodes, then again */
+		}
+		if (x->pos == n)
+			amr_leaf_append_pmem(s, leaf_id, leaf, &e, &box);
+		else
+			amr_leaf_reuse_dead_pmem(s, leaf_id, leaf, x->pos, &e, &box);
+		amr_leaf_refresh_copy(leaf_id, leaf);
+		amr_counter_add(&t->nentries, 1);
+		LWLockRelease(amr_leaf_lock(leaf_id));
+		LWLockRelease(amr_tree_lock(t));
+		return;
+	}
+
+	/* an SSD leaf (or one whose place must be found again): out of place */
+	word = read_leaf(t, leaf_id, img, "an entry's record");
+	if (word == 0)
+		return;
+	if (x->pos < img->hdr.nentries && img->entries[x->pos].insert_lsn == e.insert_lsn &&
+		!(img->entries[x->pos].flags & AMR_ENTRY_FLAG_DEAD))
+		return;
+	if (x->pos > img->hdr.nentries || x->pos >= AMR_LEAF_CAPACITY)
+	{
+		redo_broken(t, psprintf("an entry goes to position %u of leaf %u, which has %u",
+								x->pos, leaf_id, (unsigned) img->hdr.nentries));
+		return;
+	}
+	img->entries[x->pos] = e;
+	if (x->pos == img->hdr.nentries)
+		img->hdr.nentries++;
+	replace_leaf(t, leaf_id, img);
+}
+
+static void
+redo_mark_dead(XLogReaderState *record)
+{
+	AmrStore   *s = &amr_store;
+	xl_amr_mark_dead *x = (xl_amr_mark_dead *) XLogRecGetData(record);
+	const uint16 *pos = (const uint16 *) ((char *) x + sizeof(xl_amr_mark_dead));
+	AmrTree    *t = redo_tree(&x->tree);
+	uint32		leaf_id = x->leaf_id;
+	uint64		word;
+	AmrLeaf    *img = redo_buf[0];
+	int			i;
+
+	if (t == NULL || !leaf_id_fits(t, leaf_id) || already_has(t, leaf_id, x->version, false))
+		return;
+	ready_inner(t);
+	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
+	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+	word = amr_lt_word(s, leaf_id);
+	if (amr_lt_owned_by(s, leaf_id, word, t->tree_no, t->generation) &&
+		AMR_WORD_TIER(word) == AMR_TIER_PMEM &&
+		!(s->leaves[leaf_id].flags & AMR_LEAF_VOLATILE_SUSPECT))
+	{
+		AmrLeaf    *leaf = amr_leaf_pmem_image(NULL, t, leaf_id, &word);
+		uint64		marked = 0;
+
+		for (i = 0; i < x->npos; i++)
+			if (pos[i] < leaf->hdr.nentries &&
+				!(leaf->entries[pos[i]].flags & AMR_ENTRY_FLAG_DEAD))
+			{
+				amr_leaf_mark_dead(leaf, pos[i]);
+				marked++;
+			}
+		amr_leaf_refresh_copy(leaf_id, leaf);
+		amr_counter_sub(&t->nentries, marked);
+		LWLockRelease(amr_leaf_lock(leaf_id));
+		LWLockRelease(amr_tree_lock(t));
+		return;
+	}
+	LWLockRelease(amr_leaf_lock(leaf_id));
+	LWLockRelease(amr_tree_lock(t));
+
+	word = read_leaf(t, leaf_id, img, "a VACUUM record");
+	if (word == 0)
+		return;
+	for (i = 0; i < x->npos; i++)
+		if (pos[i] < img->hdr.nentries)
+			img->entries[pos[i]].flags |= AMR_ENTRY_FLAG_DEAD;
+	replace_leaf(t, leaf_id, img);
+}
+
+static void
+redo_split(XLogReaderState *record)
+{
+	AmrStore   *s = &amr_store;
+	xl_amr_split *x = (xl_amr_split *) XLogRecGetData(record);
+	const char *entries = (const char *) x + sizeof(xl_amr_split);
+	AmrTree    *t = redo_tree(&x->tree);
+	AmrLeaf    *left = redo_buf[0];
+	AmrLeaf    *right = redo_buf[1];
+	bool		nulls = (x->flags & AMR_LEAF_FLAG_NULLS) != 0;
+	AmrFBox		lbox;
+	AmrFBox		rbox;
+	AmrFBox		both;
+	AmrReservation r;
+	AmrPath		path;
+	uint64		word;
+	uint64		before;
+	int			need;
+	int			i;
+
+	if (t == NULL || !leaf_id_fits(t, x->leaf_id) || !leaf_id_fits(t, x->right_leaf) ||
+		already_has(t, x->leaf_id, x->left_version, true))
+		return;
+	ready_inner(t);
+	image_from_record(t, left, x->leaf_id, x->flags, entries, x->nleft);
+	image_from_record(t, right, x->right_leaf, x->flags,
+					  entries + (Size) x->nleft * sizeof(AmrLeafEntry), x->nright);
+
+	word = amr_lt_word(s, x->leaf_id);
+	if (!amr_lt_owned_by(s, x->leaf_id, word, t->tree_no, t->generation) ||
+		amr_lt_owned_by(s, x->right_leaf, amr_lt_word(s, x->right_leaf), t->tree_no,
+						t->generation))
+	{
+		/* replayed over a pool that has the split, or lacks its origin */
+		put_leaf(t, x->leaf_id, left, true);
+		if (!(s->tree_records[t->tree_no].flags & AMR_TREE_FLAG_BROKEN))
+			put_leaf(t, x->right_leaf, right, true);
+		return;
+	}
+	if (AMR_WORD_TIER(amr_lt_word(s, x->right_leaf)) != AMR_TIER_NONE)
+		take_back_leaf(x->right_leaf);
+
+	lbox = image_box(left);
+	rbox = image_box(right);
+	both = lbox;
+	amr_fbox_extend(&both, &rbox);
+
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	amr_reservation_init(&r);
+	r.new_leaf = x->right_leaf;
+	if (!take_slot(t, AMR_SLOT_REPLACES, false, &r.tier_left, &r.slot_left) ||
+		!take_slot(t, AMR_SLOT_ADDS, true, &r.tier_right, &r.slot_right))
+	{
+		r.new_leaf = AMR_INVALID_LEAF;
+		amr_release_reservation(s, &r);
+		LWLockRelease(&amr_shared->publish_lock);
+		return;
+	}
+	(void) amr_bitmap_set(s->leaf_ids_used, x->right_leaf);
+	left->hdr.version = AMR_WORD_VERSION(word) + 1;
+	right->hdr.version = AMR_WORD_VERSION(amr_lt_word(s, x->right_leaf)) + 1;
+	amr_leaf_write_image(NULL, r.tier_right, r.slot_right, right);
+	amr_leaf_write_image(NULL, r.tier_left, r.slot_left, left);
+
+	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+	if (!amr_find_leaf_path(s, t, nulls, x->leaf_id, &s->lt[x->leaf_id].mbr[AMR_WORD_VERSION(word) & 1], &path))
+	{
+		amr_tree_rebuild_inner(t);
+		if (!amr_find_leaf_path(s, t, nulls, x->leaf_id,
+								&s->lt[x->leaf_id].mbr[AMR_WORD_VERSION(word) & 1], &path))
+		{
+			LWLockRelease(amr_tree_lock(t));
+			amr_release_reservation(s, &r);
+			LWLockRelease(&amr_shared->publish_lock);
+			redo_broken(t, psprintf("leaf %u is not under its box", x->leaf_id));
+			return;
+		}
+	}
+	need = amr_path_nodes_needed(s, &path);
+	for (i = 0; i < need; i++)
+	{
+		if (i > AMR_MAX_HEIGHT || amr_node_alloc(s, &r.nodes[i], 1) != AMR_OK)
+		{
+			LWLockRelease(amr_tree_lock(t));
+			amr_release_reservation(s, &r);
+			LWLockRelease(&amr_shared->publish_lock);
+			redo_broken(t, "this server's amrtree.dram_size has no room for its inner nodes");
+			return;
+		}
+		r.nnodes++;
+	}
+	if (!nulls)
+		amr_path_enlarge(s, &path, &both);
+	LWLockAcquire(amr_leaf_lock(x->leaf_id), LW_EXCLUSIVE);
+	before = current_entries(x->leaf_id, word);
+	{
+		bool		suspect = (s->leaves[x->leaf_id].flags & AMR_LEAF_VOLATILE_SUSPECT) != 0;
+
+		amr_split_commit(s, t, x->leaf_id, word, &path, nulls, &r, left, right, &lbox, &rbox, 0);
+		if (suspect)
+		{
+			/* its old slot belongs to another leaf: take it back */
+			(void) amr_bitmap_set(AMR_WORD_TIER(word) == AMR_TIER_SSD ? s->ssd_used : s->pmem_used,
+								  AMR_WORD_SLOT(word));
+			s->leaves[x->leaf_id].flags &= ~AMR_LEAF_VOLATILE_SUSPECT;
+		}
+	}
+	amr_leaf_refresh_copy(x->leaf_id, left);
+	LWLockRelease(amr_leaf_lock(x->leaf_id));
+	LWLockRelease(amr_tree_lock(t));
+	amr_release_reservation(s, &r);
+	LWLockRelease(&amr_shared->publish_lock);
+	amr_counter_add(&t->nentries, (uint64) x->nleft + x->nright);
+	amr_counter_sub(&t->nentries, before);
+}
+
+/* ---- the resource manager's callbacks ---- */
+
+void
+amr_redo_startup(void)
+{
+	MemoryContext old;
+	int			i;
+
+	redo_active = false;
+	if (!amr_preloaded || amr_shared == NULL || !amr_pool_is_open())
+		return;					/* the pool's own error is raised at every use */
+	redo_over_own_pool = !amr_pool_may_be_a_copy();
+	if (redo_cxt == NULL)
+	{
+		MemoryContext keep = AllocSetContextCreate(TopMemoryContext, "amrtree replay buffers",
+												   ALLOCSET_SMALL_SIZES);
+
+		redo_cxt = AllocSetContextCreate(TopMemoryContext, "amrtree replay",
+										 ALLOCSET_DEFAULT_SIZES);
+		old = MemoryContextSwitchTo(keep);
+		for (i = 0; i < lengthof(redo_buf); i++)
+			redo_buf[i] = amr_alloc_leaf_buffer();
+		MemoryContextSwitchTo(old);
+	}
+	old = MemoryContextSwitchTo(redo_cxt);
+	PG_TRY();
+	{
+		amr_attach(true);
+		pg_atomic_write_u32(&amr_shared->attached, 1);
+		redo_active = true;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(redo_cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		LWLockReleaseAll();
+		ereport(WARNING,
+				(errmsg("amrtree: WAL replay cannot maintain the PMEM pool: %s", edata->message),
+				 edata->detail ? errdetail("%s", edata->detail) : 0,
+				 errhint("Queries on this server cannot use amrtree indexes; once it is promoted, REINDEX them.")));
+		amr_store.header->history_reset = 1;
+		amr_persist(&amr_store.header->history_reset, sizeof(amr_store.header->history_reset));
+		pg_atomic_write_u32(&amr_shared->replay_failed, 1);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(redo_cxt);
+}
+
+void
+amr_redo(XLogReaderState *record)
+{
+	uint8		info = XLogRecGetInfo(record) & ~XLR_INFO_MASK;
+	MemoryContext old;
+
+	if (!redo_active)
+		return;
+	redo_tree_no = -1;
+	old = MemoryContextSwitchTo(redo_cxt);
+	PG_TRY();
+	{
+		switch (info)
+		{
+			case XLOG_AMR_TREE_CREATE:
+				redo_tree_create(record);
+				break;
+			case XLOG_AMR_TREE_DROP:
+				redo_tree_drop(record);
+				break;
+			case XLOG_AMR_TREE_BUILT:
+				redo_tree_built(record);
+				break;
+			case XLOG_AMR_IMAGES:
+				redo_images(record);
+				break;
+			case XLOG_AMR_APPEND:
+				redo_append(record);
+				break;
+			case XLOG_AMR_MARK_DEAD:
+				redo_mark_dead(record);
+				break;
+			case XLOG_AMR_SPLIT:
+				redo_split(record);
+				break;
+			default:
+				ereport(WARNING,
+						(errmsg("amrtree: unknown WAL record type 0x%02x ignored", info),
+						 errhint("A newer amrtree wrote it, or another extension uses resource manager id %d: see amrtree.wal_rmgr_id.",
+								 amr_wal_rmgr_id)));
+		}
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(redo_cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		LWLockReleaseAll();
+		if (redo_tree_no >= 0)
+			redo_broken(&amr_store.trees[redo_tree_no], edata->message);
+		else
+			ereport(WARNING,
+					(errmsg("amrtree: could not replay a %s record: %s",
+							amr_identify(info) ? amr_identify(info) : "?", edata->message)));
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(redo_cxt);
+}
+
+void
+amr_redo_cleanup(void)
+{
+	if (!amr_preloaded || amr_shared == NULL)
+		return;
+	amr_note_replay_end(GetXLogReplayRecPtr(NULL));
+}
