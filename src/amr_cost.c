@@ -47,6 +47,17 @@ typedef struct TreeProbe
 	int			nquals;
 } TreeProbe;
 
+/* Does this server hold a usable tree for the index? */
+static bool
+index_has_tree(Oid indexoid)
+{
+	Relation	irel = relation_open(indexoid, NoLock);
+	AmrTree    *t = amr_tree_open_extended(irel, true);
+
+	relation_close(irel, NoLock);
+	return t != NULL;
+}
+
 /*
  * Measure the selectivity of the index quals on the tree, if every qual is
  * "indexed column <op> constant box".
@@ -170,10 +181,12 @@ amrcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 	*indexPages = leaves_fetched;
 
 	/*
-	 * Where the index cannot be used (not preloaded, a hot standby), steer
-	 * the planner away from it; a scan that still happens raises the error.
+	 * Where the index cannot be used (not preloaded, the pool unusable, no
+	 * tree on this server: a standby whose pool was not copied, a tree
+	 * replay could not follow), steer the planner away from it, so that
+	 * queries keep working; a scan that still happens raises the error.
 	 */
-	if (!amr_is_ready())
+	if (!amr_is_ready() || !index_has_tree(index->indexoid))
 	{
 		*indexStartupCost += disable_cost;
 		*indexTotalCost += disable_cost;

@@ -530,20 +530,18 @@ amr_tree_open_extended(Relation index, bool missing_ok)
 		tree_broken(index);
 	}
 	t = &amr_store.trees[cache->tree_no];
-	if (RecoveryInProgress())
+
+	/* WAL replay left its inner nodes to be packed at first use */
+	if (t->inner_stale)
 	{
-		/* replay published a build's leaves: the first user builds the nodes */
+		LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
 		if (t->inner_stale)
-		{
-			LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
-			if (t->inner_stale)
-				amr_tree_rebuild_inner(t);
-			LWLockRelease(amr_tree_lock(t));
-		}
-		/* placement is replay's business here: nothing is written */
-		return t;
+			amr_tree_rebuild_inner(t);
+		LWLockRelease(amr_tree_lock(t));
 	}
-	sync_placement(t, cache->budget_kind, cache->budget_value, cache->tiering);
+	/* on a standby placement is replay's business: nothing is written */
+	if (!RecoveryInProgress())
+		sync_placement(t, cache->budget_kind, cache->budget_value, cache->tiering);
 	return t;
 }
 

@@ -431,6 +431,7 @@ amr_leaf_switch(Relation index, AmrTree *t, uint32 leaf_id, uint32 tier, uint32 
 		amr_wal_hold_checkpoint();
 		lsn = amr_wal_images(t, how == AMR_LOG_REWRITE ? AMR_IMAGE_REWRITE : AMR_IMAGE_MOVE,
 							 1, &leaf_id, &img, NULL);
+		AMR_FAULT_POINT("switch:after_logged");
 	}
 	old = amr_lt_switch(s, leaf_id, tier, slot, mbr, img, lsn);
 	if (logged)
@@ -478,6 +479,7 @@ amr_leaf_append(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *leaf,
 		}
 		else
 			stamped.insert_lsn = amr_wal_append(t, leaf_id, leaf->hdr.version, pos, e);
+		AMR_FAULT_POINT("append:after_logged");
 	}
 
 	/*
@@ -592,6 +594,7 @@ amr_leaf_split_commit(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 	{
 		amr_wal_hold_checkpoint();
 		lsn = amr_wal_split(t, leaf_id, right_leaf, left, right);
+		AMR_FAULT_POINT("split:after_logged");
 	}
 	amr_split_commit(s, t, leaf_id, word, path, nulls, r, left, right, left_box, right_box,
 					 lsn);

@@ -22,7 +22,10 @@
  *	   bitmaps are rebuilt from the surviving words, so a slot that no word
  *	   references is free again;
  *	3. bulk-loads every tree's inner nodes from the Leaf Table boxes (STR),
- *	   without reading a single leaf.
+ *	   without reading a single leaf -- or, before WAL replay, leaves that
+ *	   to each tree's first use (amr_tree_open): replay keeps leaves and
+ *	   the Leaf Table, and inner nodes only where they exist, so that it
+ *	   never depends on amrtree.dram_size.
  *
  * Finish (in amr_require_ready, once recovery is over) then
  *
@@ -473,7 +476,7 @@ report_dram_full(uint32 live_leaves)
  * leaf (their entry counts are in the Leaf Table: SSD images are immutable).
  */
 static void
-rebuild_trees(uint32 live_leaves)
+rebuild_trees(uint32 live_leaves, bool build)
 {
 	AmrStore   *s = &amr_store;
 	uint32	   *next = palloc0(sizeof(uint32) * (AMR_MAX_TREES * 2 + 1));
@@ -513,6 +516,14 @@ rebuild_trees(uint32 live_leaves)
 		t->nleaves++;
 	}
 
+	if (!build)
+	{
+		/* WAL replay comes first: the nodes are built at each tree's first use */
+		for (tn = 0; tn < AMR_MAX_TREES; tn++)
+			if (tree_is_live(tn))
+				s->trees[tn].inner_stale = 1;
+		return;
+	}
 	node_ids = palloc_extended(sizeof(uint32) *
 							   (amr_build_levels_nodes_needed(live_leaves, AMR_REBUILD_INNER_FILL) + 2),
 							   MCXT_ALLOC_HUGE);
@@ -591,11 +602,6 @@ amr_attach(bool before_replay)
 	MemoryContext old;
 	uint8	   *keep;
 
-	if (AMR_FAULT_ACTIVE("reconcile:fail"))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("amrtree reconciliation refused by amrtree.fault_injection")));
-
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "amrtree attach",
 								ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(cxt);
@@ -608,11 +614,14 @@ amr_attach(bool before_replay)
 	finish_drops();
 	/* releases above moved the tier counts: count afresh */
 	reset_tree_counts();
-	rebuild_trees(c.live_leaves);
+	rebuild_trees(c.live_leaves, !before_replay);
 
 	pg_atomic_fetch_add_u64(&amr_shared->rebuilds, 1);
 	ereport(LOG,
-			(errmsg("amrtree: rebuilt inner nodes from the Leaf Table: %u leaves live, %u released, %u half-published splits discarded",
+			(before_replay ?
+			 errmsg("amrtree: attached the pool for WAL replay: %u leaves live, %u released, %u half-published splits discarded",
+					c.live_leaves, c.dropped_leaves, c.discarded_splits) :
+			 errmsg("amrtree: rebuilt inner nodes from the Leaf Table: %u leaves live, %u released, %u half-published splits discarded",
 					c.live_leaves, c.dropped_leaves, c.discarded_splits),
 			 c.suspect_leaves > 0 ?
 			 errdetail("%u leaves name slots they cannot own, as in a pool copied by a base backup; WAL replay is to restore them.",
@@ -648,6 +657,7 @@ empty_tree(AmrTree *t)
 	t->root = t->null_root = AMR_INVALID_NODE;
 	if (amr_tree_init_empty(s, t) != AMR_OK)
 		report_dram_full(0);
+	t->inner_stale = 0;
 	amr_counter_set(&t->nleaves, 0);
 	amr_counter_set(&t->nentries, 0);
 	LWLockRelease(amr_tree_lock(t));
@@ -821,6 +831,11 @@ finish(void)
 	uint32		tn;
 	uint32		id;
 
+	if (AMR_FAULT_ACTIVE("reconcile:fail"))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("amrtree reconciliation refused by amrtree.fault_injection")));
+
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "amrtree finish",
 								ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(cxt);
@@ -880,10 +895,14 @@ finish(void)
 				(errmsg("amrtree: dropped the trees of %u indexes: WAL replay could not keep the PMEM pool up to date",
 						c.stale),
 				 errhint("REINDEX every amrtree index; until then using one raises an error.")));
-	if (c.orphans > 0 || c.aborted > 0)
+	if (c.orphans > 0)
 		ereport(LOG,
-				(errmsg("amrtree: reclaimed the trees of %u indexes that no longer exist and of %u index builds that did not commit",
-						c.orphans, c.aborted)));
+				(errmsg("amrtree: reclaiming the trees of %u indexes that no longer exist",
+						c.orphans)));
+	if (c.aborted > 0)
+		ereport(LOG,
+				(errmsg("amrtree: reclaiming the trees of %u index builds that did not commit",
+						c.aborted)));
 	if (history_reset)
 		persist_header_u64(&hdr->history_reset, 0);
 
@@ -895,10 +914,14 @@ finish(void)
 		AMR_FAULT_POINT("reconcile:after_prune");
 		persist_header_u64(&hdr->prune_horizon, 0);
 		ereport(LOG,
-				(errmsg("amrtree: after recovery to %X/%X, dropped " UINT64_FORMAT " entries inserted beyond it and logged %u leaves again",
-						LSN_FORMAT_ARGS(horizon), c.pruned, c.resynced),
-				 c.unlogged > 0 ?
-				 errdetail("The trees of %u unlogged indexes were emptied.", c.unlogged) : 0));
+				(errmsg("amrtree: after recovery to %X/%X, dropped " UINT64_FORMAT " entries inserted beyond it",
+						LSN_FORMAT_ARGS(horizon), c.pruned),
+				 c.resynced > 0 ?
+				 errdetail("%u leaves that changed beyond it were logged again, whole.", c.resynced) : 0));
+		if (c.unlogged > 0)
+			ereport(LOG,
+					(errmsg("amrtree: emptied the trees of %u unlogged indexes after recovery",
+							c.unlogged)));
 	}
 
 	MemoryContextSwitchTo(old);

@@ -147,18 +147,6 @@ redo_tree(const xl_amr_tree *ref)
 	return &s->trees[found];
 }
 
-/* Build a tree's inner nodes if replay left them to be built. */
-static void
-ready_inner(AmrTree *t)
-{
-	if (!t->inner_stale)
-		return;
-	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
-	if (t->inner_stale)
-		amr_tree_rebuild_inner(t);
-	LWLockRelease(amr_tree_lock(t));
-}
-
 /* Give up on a tree: see the file header. */
 static void
 redo_broken(AmrTree *t, const char *why)
@@ -242,11 +230,9 @@ redo_tree_built(XLogReaderState *record)
 	xl_amr_tree_built *x = (xl_amr_tree_built *) XLogRecGetData(record);
 	AmrTree    *t = redo_tree(&x->tree);
 
-	if (t == NULL)
-		return;
-	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
-	amr_tree_rebuild_inner(t);
-	LWLockRelease(amr_tree_lock(t));
+	/* its first use packs the inner nodes (amr_tree_open) */
+	if (t != NULL)
+		t->inner_stale = 1;
 }
 
 /* ---- leaves ---- */
@@ -331,21 +317,24 @@ take_back_leaf(uint32 leaf_id)
 /*
  * Widen the inner boxes above a leaf, whose Leaf Table box is old_box, to
  * cover new_box.  Caller holds the tree lock (shared is enough: widening is
- * atomic and monotone, as inserts do it).  Returns false if the leaf is not
- * found under its box (the caller rebuilds the inner nodes).
+ * atomic and monotone, as inserts do it).  Replay keeps inner nodes where a
+ * tree has them, and never needs them: a tree whose nodes are not built, or
+ * in which the leaf is not under its box, is left for its first use to
+ * pack (inner_stale).
  */
-static bool
+static void
 widen_above(AmrTree *t, uint32 leaf_id, bool nulls, const AmrFBox *old_box,
 			const AmrFBox *new_box)
 {
 	AmrPath		path;
 
-	if (nulls || amr_fbox_is_empty(new_box) || amr_fbox_covers(old_box, new_box))
-		return true;
+	if (t->inner_stale || nulls || amr_fbox_is_empty(new_box) ||
+		amr_fbox_covers(old_box, new_box))
+		return;
 	if (!amr_find_leaf_path(&amr_store, t, nulls, leaf_id, old_box, &path))
-		return false;
-	amr_path_enlarge(&amr_store, &path, new_box);
-	return true;
+		t->inner_stale = 1;		/* not where its box says: pack them again */
+	else
+		amr_path_enlarge(&amr_store, &path, new_box);
 }
 
 /*
@@ -374,14 +363,9 @@ replace_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *img)
 	amr_leaf_write_image(NULL, tier, slot, img);
 
 	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
-	if (!widen_above(t, leaf_id, nulls, &old_box, &box))
-	{
-		LWLockRelease(amr_tree_lock(t));
-		LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
-		amr_tree_rebuild_inner(t);
-		(void) widen_above(t, leaf_id, nulls, &old_box, &box);
-	}
+	widen_above(t, leaf_id, nulls, &old_box, &box);
 	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+	AMR_FAULT_POINT("redo:before_switch");
 	before = current_entries(leaf_id, word);
 	/* a suspect leaf's old slot is not its to give: the store keeps it */
 	(void) amr_leaf_switch(NULL, t, leaf_id, tier, slot, &box, img, false, AMR_LOG_NONE);
@@ -431,7 +415,7 @@ add_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *img, bool link)
 	amr_counter_add(&t->nentries, amr_leaf_live_entries(img));
 
 	if (!link || t->inner_stale || (nulls ? t->null_root : t->root) == AMR_INVALID_NODE)
-		t->inner_stale = 1;		/* the next user builds the nodes */
+		t->inner_stale = 1;		/* the first use packs the nodes */
 	else if (s->nodes[nulls ? t->null_root : t->root].count == 0)
 		amr_add_first_leaf(s, t, nulls, leaf_id, &box);
 	else
@@ -469,8 +453,6 @@ add_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *img, bool link)
 					amr_node_free(s, spare[i]);
 		}
 	}
-	if (t->inner_stale && link)
-		amr_tree_rebuild_inner(t);
 	LWLockRelease(amr_tree_lock(t));
 	LWLockRelease(&amr_shared->publish_lock);
 }
@@ -482,11 +464,7 @@ put_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *img, bool link)
 	uint64		word = amr_lt_word(&amr_store, leaf_id);
 
 	if (amr_lt_owned_by(&amr_store, leaf_id, word, t->tree_no, t->generation))
-	{
-		if (!link)
-			t->inner_stale = 1;
 		replace_leaf(t, leaf_id, img);
-	}
 	else
 		add_leaf(t, leaf_id, img, link);
 }
@@ -513,8 +491,6 @@ redo_images(XLogReaderState *record)
 
 	if (t == NULL)
 		return;
-	if (x->kind != AMR_IMAGE_BUILD)
-		ready_inner(t);
 	for (i = 0; i < x->nimages && off + sizeof(xl_amr_image) <= len; i++)
 	{
 		xl_amr_image h;
@@ -554,6 +530,25 @@ read_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *buf, const char *what)
 	return word;
 }
 
+/*
+ * What an APPEND finds at its position: whether the leaf already has the
+ * record's entry there or something written after it (skip), or takes it.
+ * Entry WAL positions tell: an appended entry carries its record's end, and
+ * at one leaf version nothing else writes a position.  The one ambiguous
+ * case -- our entry, dead -- is an append interrupted before its flag was
+ * cleared, or one a later record marked dead: taking it is right for the
+ * first, and for the second that later record, replayed after us, marks it
+ * dead again (or, lost beyond the replayed WAL, concerned a tuple that the
+ * next VACUUM still finds dead).
+ */
+static bool
+append_has_happened(const AmrLeafEntry *cur, XLogRecPtr lsn)
+{
+	if (cur->insert_lsn > lsn)
+		return true;
+	return cur->insert_lsn == lsn && !(cur->flags & AMR_ENTRY_FLAG_DEAD);
+}
+
 static void
 redo_append(XLogReaderState *record)
 {
@@ -566,44 +561,26 @@ redo_append(XLogReaderState *record)
 	uint32		leaf_id = x->leaf_id;
 	uint64		word;
 	AmrLeaf    *img = redo_buf[0];
-	int			attempt;
 
 	if (t == NULL || !leaf_id_fits(t, leaf_id) || already_has(t, leaf_id, x->version, false))
 		return;
-	ready_inner(t);
 	e.insert_lsn = record->EndRecPtr;
 
-	for (attempt = 0; attempt < 2; attempt++)
+	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
+	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+	word = amr_lt_word(s, leaf_id);
+	if (amr_lt_owned_by(s, leaf_id, word, t->tree_no, t->generation) &&
+		AMR_WORD_TIER(word) == AMR_TIER_PMEM &&
+		!(s->leaves[leaf_id].flags & AMR_LEAF_VOLATILE_SUSPECT))
 	{
-		AmrLeaf    *leaf;
-		AmrFBox		old_box;
-		uint64		n;
-		bool		found;
+		/* in place, as the primary did it */
+		AmrLeaf    *leaf = amr_leaf_pmem_image(NULL, t, leaf_id, &word);
+		uint64		n = leaf->hdr.nentries;
+		AmrFBox		old_box = amr_lt_mbr(s, leaf_id, word);
 
-		LWLockAcquire(amr_tree_lock(t), attempt == 0 ? LW_SHARED : LW_EXCLUSIVE);
-		if (attempt > 0)
-			amr_tree_rebuild_inner(t);
-		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
-		word = amr_lt_word(s, leaf_id);
-		if (!amr_lt_owned_by(s, leaf_id, word, t->tree_no, t->generation) ||
-			AMR_WORD_TIER(word) != AMR_TIER_PMEM ||
-			(s->leaves[leaf_id].flags & AMR_LEAF_VOLATILE_SUSPECT))
-		{
-			LWLockRelease(amr_leaf_lock(leaf_id));
-			LWLockRelease(amr_tree_lock(t));
-			break;				/* not a PMEM leaf of t: see below */
-		}
-		leaf = amr_leaf_pmem_image(NULL, t, leaf_id, &word);
-		n = leaf->hdr.nentries;
-		if (x->pos < n && leaf->entries[x->pos].insert_lsn == e.insert_lsn &&
-			!(leaf->entries[x->pos].flags & AMR_ENTRY_FLAG_DEAD))
-		{
-			/* this leaf has seen the record */
-			LWLockRelease(amr_leaf_lock(leaf_id));
-			LWLockRelease(amr_tree_lock(t));
-			return;
-		}
-		if (x->pos > n || x->pos >= AMR_LEAF_CAPACITY)
+		if (x->pos < n && append_has_happened(&leaf->entries[x->pos], e.insert_lsn))
+			;					/* this leaf has seen the record */
+		else if (x->pos > n || x->pos >= AMR_LEAF_CAPACITY)
 		{
 			LWLockRelease(amr_leaf_lock(leaf_id));
 			LWLockRelease(amr_tree_lock(t));
@@ -611,31 +588,37 @@ redo_append(XLogReaderState *record)
 									x->pos, leaf_id, (unsigned) n));
 			return;
 		}
-		old_box = amr_lt_mbr(s, leaf_id, word);
-		found = widen_above(t, leaf_id, nulls, &old_box, &box);
-		if (!found)
-		{
-			LWLockRelease(amr_leaf_lock(leaf_id));
-			LWLockRelease(amr_tree_lock(t));
-			continue;			/* rebuild the nodes, then again */
-		}
-		if (x->pos == n)
-			amr_leaf_append_pmem(s, leaf_id, leaf, &e, &box);
 		else
-			amr_leaf_reuse_dead_pmem(s, leaf_id, leaf, x->pos, &e, &box);
-		amr_leaf_refresh_copy(leaf_id, leaf);
-		amr_counter_add(&t->nentries, 1);
+		{
+			AMR_FAULT_POINT("redo:before_append");
+			widen_above(t, leaf_id, nulls, &old_box, &box);
+			if (x->pos == n)
+			{
+				amr_leaf_append_pmem(s, leaf_id, leaf, &e, &box);
+				amr_counter_add(&t->nentries, 1);
+			}
+			else
+			{
+				bool		was_dead = (leaf->entries[x->pos].flags & AMR_ENTRY_FLAG_DEAD) != 0;
+
+				amr_leaf_reuse_dead_pmem(s, leaf_id, leaf, x->pos, &e, &box);
+				if (was_dead)
+					amr_counter_add(&t->nentries, 1);
+			}
+			amr_leaf_refresh_copy(leaf_id, leaf);
+		}
 		LWLockRelease(amr_leaf_lock(leaf_id));
 		LWLockRelease(amr_tree_lock(t));
 		return;
 	}
+	LWLockRelease(amr_leaf_lock(leaf_id));
+	LWLockRelease(amr_tree_lock(t));
 
-	/* an SSD leaf (or one whose place must be found again): out of place */
+	/* an SSD leaf (immutable images): out of place */
 	word = read_leaf(t, leaf_id, img, "an entry's record");
 	if (word == 0)
 		return;
-	if (x->pos < img->hdr.nentries && img->entries[x->pos].insert_lsn == e.insert_lsn &&
-		!(img->entries[x->pos].flags & AMR_ENTRY_FLAG_DEAD))
+	if (x->pos < img->hdr.nentries && append_has_happened(&img->entries[x->pos], e.insert_lsn))
 		return;
 	if (x->pos > img->hdr.nentries || x->pos >= AMR_LEAF_CAPACITY)
 	{
@@ -663,7 +646,6 @@ redo_mark_dead(XLogReaderState *record)
 
 	if (t == NULL || !leaf_id_fits(t, leaf_id) || already_has(t, leaf_id, x->version, false))
 		return;
-	ready_inner(t);
 	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
 	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
 	word = amr_lt_word(s, leaf_id);
@@ -676,7 +658,8 @@ redo_mark_dead(XLogReaderState *record)
 
 		for (i = 0; i < x->npos; i++)
 			if (pos[i] < leaf->hdr.nentries &&
-				!(leaf->entries[pos[i]].flags & AMR_ENTRY_FLAG_DEAD))
+				!(leaf->entries[pos[i]].flags & AMR_ENTRY_FLAG_DEAD) &&
+				leaf->entries[pos[i]].insert_lsn <= record->EndRecPtr)
 			{
 				amr_leaf_mark_dead(leaf, pos[i]);
 				marked++;
@@ -694,9 +677,41 @@ redo_mark_dead(XLogReaderState *record)
 	if (word == 0)
 		return;
 	for (i = 0; i < x->npos; i++)
-		if (pos[i] < img->hdr.nentries)
+		if (pos[i] < img->hdr.nentries && img->entries[pos[i]].insert_lsn <= record->EndRecPtr)
 			img->entries[pos[i]].flags |= AMR_ENTRY_FLAG_DEAD;
 	replace_leaf(t, leaf_id, img);
+}
+
+/*
+ * A split in the Leaf Table only, for a tree whose inner nodes wait for
+ * their first use: what amr_split_commit does, but the inner nodes.  The
+ * right half goes in first, recording its origin (see amr_ops.c); the right
+ * links let scans that collected the left half before find the moved
+ * entries.
+ */
+static void
+split_in_leaf_table(AmrTree *t, uint32 leaf_id, uint64 word, AmrReservation *r,
+					const AmrLeaf *left, const AmrLeaf *right, const AmrFBox *lbox,
+					const AmrFBox *rbox, bool nulls)
+{
+	AmrStore   *s = &amr_store;
+	AmrLeafVolatile *lv = &s->leaves[leaf_id];
+	AmrLeafVolatile *rv = &s->leaves[r->new_leaf];
+	uint64		old_word;
+
+	amr_lt_publish_new(s, r->new_leaf, t->tree_no, t->generation, nulls ? AMR_LT_FLAG_NULLS : 0,
+					   leaf_id, AMR_WORD_VERSION(word), r->tier_right, r->slot_right, rbox,
+					   right, 0);
+	old_word = amr_lt_switch(s, leaf_id, r->tier_left, r->slot_left, lbox, left, 0);
+	amr_free_word_slot(s, old_word);
+	amr_leaf_volatile_reset(rv);
+	rv->nsn = lv->nsn;
+	rv->rightlink = lv->rightlink;
+	lv->nsn = amr_sync_add(&t->nsn, 1);
+	lv->rightlink = r->new_leaf;
+	amr_counter_add(&t->nleaves, 1);
+	r->new_leaf = AMR_INVALID_LEAF;
+	r->slot_left = r->slot_right = AMR_INVALID_SLOT;
 }
 
 static void
@@ -718,11 +733,11 @@ redo_split(XLogReaderState *record)
 	uint64		before;
 	int			need;
 	int			i;
+	bool		linked;
 
 	if (t == NULL || !leaf_id_fits(t, x->leaf_id) || !leaf_id_fits(t, x->right_leaf) ||
 		already_has(t, x->leaf_id, x->left_version, true))
 		return;
-	ready_inner(t);
 	image_from_record(t, left, x->leaf_id, x->flags, entries, x->nleft);
 	image_from_record(t, right, x->right_leaf, x->flags,
 					  entries + (Size) x->nleft * sizeof(AmrLeafEntry), x->nright);
@@ -764,40 +779,35 @@ redo_split(XLogReaderState *record)
 	amr_leaf_write_image(NULL, r.tier_left, r.slot_left, left);
 
 	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
-	if (!amr_find_leaf_path(s, t, nulls, x->leaf_id, &s->lt[x->leaf_id].mbr[AMR_WORD_VERSION(word) & 1], &path))
+	/* the inner nodes take the new leaf if they exist and have room */
+	linked = !t->inner_stale &&
+		amr_find_leaf_path(s, t, nulls, x->leaf_id,
+						   &s->lt[x->leaf_id].mbr[AMR_WORD_VERSION(word) & 1], &path);
+	if (linked)
 	{
-		amr_tree_rebuild_inner(t);
-		if (!amr_find_leaf_path(s, t, nulls, x->leaf_id,
-								&s->lt[x->leaf_id].mbr[AMR_WORD_VERSION(word) & 1], &path))
+		need = amr_path_nodes_needed(s, &path);
+		for (i = 0; i < need && linked; i++)
 		{
-			LWLockRelease(amr_tree_lock(t));
-			amr_release_reservation(s, &r);
-			LWLockRelease(&amr_shared->publish_lock);
-			redo_broken(t, psprintf("leaf %u is not under its box", x->leaf_id));
-			return;
+			if (i > AMR_MAX_HEIGHT || amr_node_alloc(s, &r.nodes[i], 1) != AMR_OK)
+				linked = false;
+			else
+				r.nnodes++;
 		}
 	}
-	need = amr_path_nodes_needed(s, &path);
-	for (i = 0; i < need; i++)
-	{
-		if (i > AMR_MAX_HEIGHT || amr_node_alloc(s, &r.nodes[i], 1) != AMR_OK)
-		{
-			LWLockRelease(amr_tree_lock(t));
-			amr_release_reservation(s, &r);
-			LWLockRelease(&amr_shared->publish_lock);
-			redo_broken(t, "this server's amrtree.dram_size has no room for its inner nodes");
-			return;
-		}
-		r.nnodes++;
-	}
-	if (!nulls)
+	if (!linked)
+		t->inner_stale = 1;		/* the first use packs them */
+	else if (!nulls)
 		amr_path_enlarge(s, &path, &both);
 	LWLockAcquire(amr_leaf_lock(x->leaf_id), LW_EXCLUSIVE);
+	AMR_FAULT_POINT("redo:before_split");
 	before = current_entries(x->leaf_id, word);
 	{
 		bool		suspect = (s->leaves[x->leaf_id].flags & AMR_LEAF_VOLATILE_SUSPECT) != 0;
 
-		amr_split_commit(s, t, x->leaf_id, word, &path, nulls, &r, left, right, &lbox, &rbox, 0);
+		if (linked)
+			amr_split_commit(s, t, x->leaf_id, word, &path, nulls, &r, left, right, &lbox, &rbox, 0);
+		else
+			split_in_leaf_table(t, x->leaf_id, word, &r, left, right, &lbox, &rbox, nulls);
 		if (suspect)
 		{
 			/* its old slot belongs to another leaf: take it back */

@@ -1,7 +1,10 @@
 # The crash matrix: every fault injection point (amrtree.fault_injection),
 # each hit while pgbench inserts and queries concurrently, crashes the
-# process that reaches it; the postmaster's crash-restart cycle brings the
-# server back, and then
+# process that reaches it -- including the points between a WAL record and
+# its change ("...:after_logged"), after which crash recovery must replay
+# the change or, if the record did not reach durable WAL, find it beyond
+# the replayed WAL; the postmaster's crash-restart cycle brings the server
+# back, and then
 #
 #  - amrtree_check holds for every amrtree index (it also checks that no
 #    slot or leaf leaked and that no tree lost its index),
@@ -100,6 +103,8 @@ my @matrix = (
 	[ 'append:after_entry_persisted:150', 'work' ],
 	[ 'append:after_count_persisted', 'work' ],
 	[ 'append:after_count_persisted:300', 'work' ],
+	[ 'append:after_logged', 'work' ],
+	[ 'append:after_logged:60', 'work' ],
 	[ 'append:reuse_after_entry_persisted', 'reuse' ],
 	[ 'append:reuse_after_flag_persisted', 'reuse' ],
 	[ 'first_leaf:before_image', 'first_leaf' ],
@@ -118,6 +123,10 @@ my @matrix = (
 	[ 'split:after_publish:4', 'work' ],
 	[ 'split:after_switch', 'work' ],
 	[ 'split:after_switch:9', 'work' ],
+	[ 'split:after_logged', 'work' ],
+	[ 'split:after_logged:7', 'work' ],
+	[ 'switch:after_logged', 'vacuum' ],
+	[ 'switch:after_logged:4', 'tier' ],
 	[ 'vacuum:before_image', 'vacuum' ],
 	[ 'vacuum:after_image_persisted', 'vacuum' ],
 	[ 'vacuum:after_switch', 'vacuum' ],
@@ -313,13 +322,21 @@ FROM generate_series(1, 1500) g},
 	$node->psql('postgres', $ddl) if $ddl;
 	if ($kind eq 'reconcile')
 	{
+		# the points before WAL replay are in the startup process, whose
+		# crash stops the server: start it again (the point fires once)
 		$node->stop('immediate');
-		$node->start;
+		$node->start(fail_ok => 1);
 	}
 
 	my $hit = wait_for_crash($point, $log_at, 30);
 	$crashes++ if $hit;
 	ok($hit, "$what: the point was reached and the process crashed");
+	if ($kind eq 'reconcile' &&
+		system('pg_ctl', 'status', '-D', $node->data_dir) != 0)
+	{
+		$node->_update_pid(0);
+		$node->start;
+	}
 	amr_wait_for_server($node) or die "$what: the server did not come back";
 	$bench->kill_kill;
 	$bench->finish;
