@@ -30,6 +30,7 @@
 
 /* every point in the code; the setting must name one of them */
 static const char *const fault_points[] = {
+	"append:after_logged",
 	"append:before_entry",
 	"append:after_entry_persisted",
 	"append:after_count_persisted",
@@ -44,8 +45,10 @@ static const char *const fault_points[] = {
 	"split:before_images",
 	"split:after_right_persisted",
 	"split:after_new_leaf_persisted",
+	"split:after_logged",
 	"split:after_publish",
 	"split:after_switch",
+	"switch:after_logged",
 	"vacuum:before_image",
 	"vacuum:after_image_persisted",
 	"vacuum:after_switch",
@@ -70,6 +73,9 @@ static const char *const fault_points[] = {
 	"reconcile:after_prune_horizon",
 	"reconcile:after_prune",
 	"reconcile:after_release",
+	"redo:before_append",
+	"redo:before_switch",
+	"redo:before_split",
 	NULL
 };
 

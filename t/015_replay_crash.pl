@@ -3,9 +3,10 @@
 # primary that inserts, deletes, vacuums and migrates leaves between tiers
 # under pgbench.
 #
-#  - three times the standby goes down in the middle of replay (immediate
+#  - five times the standby goes down in the middle of replay (immediate
 #    stop; SIGKILL of the postmaster; SIGKILL of the startup process, which
-#    takes the server down), is started again, and catches up;
+#    takes the server down; an abort inside amrtree's replay of an append
+#    and of a split), is started again, and catches up;
 #  - twice the primary stops with -m immediate under load and restarts
 #    (crash recovery), and the standby reconnects by itself and catches up.
 #
@@ -145,7 +146,27 @@ my @standby_crashes = (
 			$standby->stop('immediate', fail_ok => 1);    # forget the dead postmaster
 		}
 	],
+	[ 'abort inside the replay of an append', 0, sub { abort_in_replay('redo:before_append:25') } ],
+	[ 'abort inside the replay of a split', 0, sub { abort_in_replay('redo:before_split:2') } ],
 );
+
+# Arm a fault point of amrtree's replay on the standby: its startup process
+# aborts there, which takes the server down; the point then stays disarmed
+# (amrtree_fault_fired), and the standby restarts and replays on.
+sub abort_in_replay
+{
+	my ($point) = @_;
+	my $pm = amrwal_pm_pid($standby) or die 'standby not running';
+	my @children = amrwal_child_pids($pm);
+	$standby->append_conf('postgresql.conf', "amrtree.fault_injection = '$point'\n");
+	$standby->reload;
+	amrwal_wait_pids_gone($pm, @children) or die "the standby did not go down at $point";
+	$standby->stop('immediate', fail_ok => 1);    # forget the dead postmaster
+	$standby->append_conf('postgresql.conf', "amrtree.fault_injection = ''\n");
+	(my $name = $point) =~ s/:\d+$//;
+	ok(slurp_file($standby->logfile) =~ /fault injection: aborting at "\Q$name\E"/,
+		"the standby's replay aborted at $name");
+}
 
 my $round = 0;
 for my $crash (@standby_crashes)
