@@ -115,36 +115,30 @@ record_has(const AmrTreeRecord *rec, const xl_amr_tree *ref)
 }
 
 /*
- * The tree a record is about: in the directory record the primary used,
- * with its generation (replay keeps them so where it can), else the newest
- * live tree of that storage.  NULL if this server has none (its pool is not
- * a copy of the primary's) or the tree is broken.
+ * The tree a record is about: the one in the directory record the primary
+ * keeps it in, with its generation and storage -- replay creates every tree
+ * there (redo_tree_create), and a copied pool has them there already.
+ * Nothing else may be taken for it: a tree of the same storage in another
+ * record is one that superseded it (an index rebuilt in place), and a record
+ * of another generation is a later reuse (replay over a pool that is
+ * ahead).  NULL if this server has no such tree (its pool is not a copy of
+ * the primary's) or the tree is broken; redo_tree_no is set when it exists.
  */
 static AmrTree *
 redo_tree(const xl_amr_tree *ref)
 {
 	AmrStore   *s = &amr_store;
-	int32		found = -1;
-	uint32		tn;
+	AmrTreeRecord *rec;
 
-	if (ref->tree_no < AMR_MAX_TREES &&
-		record_has(&s->tree_records[ref->tree_no], ref) &&
-		s->tree_records[ref->tree_no].generation == ref->generation)
-		found = (int32) ref->tree_no;
-	else
-	{
-		for (tn = 0; tn < AMR_MAX_TREES; tn++)
-			if (record_has(&s->tree_records[tn], ref) &&
-				(found < 0 ||
-				 s->tree_records[tn].create_lsn > s->tree_records[found].create_lsn))
-				found = (int32) tn;
-	}
-	if (found < 0)
+	if (ref->tree_no >= AMR_MAX_TREES)
 		return NULL;
-	redo_tree_no = found;
-	if (s->tree_records[found].flags & AMR_TREE_FLAG_BROKEN)
+	rec = &s->tree_records[ref->tree_no];
+	if (!record_has(rec, ref) || rec->generation != ref->generation)
 		return NULL;
-	return &s->trees[found];
+	redo_tree_no = (int32) ref->tree_no;
+	if (rec->flags & AMR_TREE_FLAG_BROKEN)
+		return NULL;
+	return &s->trees[ref->tree_no];
 }
 
 /* Give up on a tree: see the file header. */
@@ -531,6 +525,36 @@ read_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *buf, const char *what)
 }
 
 /*
+ * Lock a leaf of t for a change in place (tree shared, leaf exclusive) and
+ * return its PMEM image -- or NULL, with nothing locked, when the change
+ * must go out of place (an SSD leaf, whose images are immutable) or cannot
+ * find the leaf in place.
+ */
+static AmrLeaf *
+lock_pmem_leaf(AmrTree *t, uint32 leaf_id, uint64 *word)
+{
+	AmrStore   *s = &amr_store;
+
+	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
+	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+	*word = amr_lt_word(s, leaf_id);
+	if (amr_lt_owned_by(s, leaf_id, *word, t->tree_no, t->generation) &&
+		AMR_WORD_TIER(*word) == AMR_TIER_PMEM &&
+		!(s->leaves[leaf_id].flags & AMR_LEAF_VOLATILE_SUSPECT))
+		return amr_leaf_pmem_image(NULL, t, leaf_id, word);
+	LWLockRelease(amr_leaf_lock(leaf_id));
+	LWLockRelease(amr_tree_lock(t));
+	return NULL;
+}
+
+static void
+unlock_pmem_leaf(AmrTree *t, uint32 leaf_id)
+{
+	LWLockRelease(amr_leaf_lock(leaf_id));
+	LWLockRelease(amr_tree_lock(t));
+}
+
+/*
  * What an APPEND finds at its position: whether the leaf already has the
  * record's entry there or something written after it (skip), or takes it.
  * Entry WAL positions tell: an appended entry carries its record's end, and
@@ -561,20 +585,15 @@ redo_append(XLogReaderState *record)
 	uint32		leaf_id = x->leaf_id;
 	uint64		word;
 	AmrLeaf    *img = redo_buf[0];
+	AmrLeaf    *leaf;
 
 	if (t == NULL || !leaf_id_fits(t, leaf_id) || already_has(t, leaf_id, x->version, false))
 		return;
 	e.insert_lsn = record->EndRecPtr;
 
-	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
-	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
-	word = amr_lt_word(s, leaf_id);
-	if (amr_lt_owned_by(s, leaf_id, word, t->tree_no, t->generation) &&
-		AMR_WORD_TIER(word) == AMR_TIER_PMEM &&
-		!(s->leaves[leaf_id].flags & AMR_LEAF_VOLATILE_SUSPECT))
+	if ((leaf = lock_pmem_leaf(t, leaf_id, &word)) != NULL)
 	{
 		/* in place, as the primary did it */
-		AmrLeaf    *leaf = amr_leaf_pmem_image(NULL, t, leaf_id, &word);
 		uint64		n = leaf->hdr.nentries;
 		AmrFBox		old_box = amr_lt_mbr(s, leaf_id, word);
 
@@ -582,8 +601,7 @@ redo_append(XLogReaderState *record)
 			;					/* this leaf has seen the record */
 		else if (x->pos > n || x->pos >= AMR_LEAF_CAPACITY)
 		{
-			LWLockRelease(amr_leaf_lock(leaf_id));
-			LWLockRelease(amr_tree_lock(t));
+			unlock_pmem_leaf(t, leaf_id);
 			redo_broken(t, psprintf("an entry goes to position %u of leaf %u, which has %u",
 									x->pos, leaf_id, (unsigned) n));
 			return;
@@ -607,12 +625,9 @@ redo_append(XLogReaderState *record)
 			}
 			amr_leaf_refresh_copy(leaf_id, leaf);
 		}
-		LWLockRelease(amr_leaf_lock(leaf_id));
-		LWLockRelease(amr_tree_lock(t));
+		unlock_pmem_leaf(t, leaf_id);
 		return;
 	}
-	LWLockRelease(amr_leaf_lock(leaf_id));
-	LWLockRelease(amr_tree_lock(t));
 
 	/* an SSD leaf (immutable images): out of place */
 	word = read_leaf(t, leaf_id, img, "an entry's record");
@@ -635,25 +650,19 @@ redo_append(XLogReaderState *record)
 static void
 redo_mark_dead(XLogReaderState *record)
 {
-	AmrStore   *s = &amr_store;
 	xl_amr_mark_dead *x = (xl_amr_mark_dead *) XLogRecGetData(record);
 	const uint16 *pos = (const uint16 *) ((char *) x + sizeof(xl_amr_mark_dead));
 	AmrTree    *t = redo_tree(&x->tree);
 	uint32		leaf_id = x->leaf_id;
 	uint64		word;
 	AmrLeaf    *img = redo_buf[0];
+	AmrLeaf    *leaf;
 	int			i;
 
 	if (t == NULL || !leaf_id_fits(t, leaf_id) || already_has(t, leaf_id, x->version, false))
 		return;
-	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
-	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
-	word = amr_lt_word(s, leaf_id);
-	if (amr_lt_owned_by(s, leaf_id, word, t->tree_no, t->generation) &&
-		AMR_WORD_TIER(word) == AMR_TIER_PMEM &&
-		!(s->leaves[leaf_id].flags & AMR_LEAF_VOLATILE_SUSPECT))
+	if ((leaf = lock_pmem_leaf(t, leaf_id, &word)) != NULL)
 	{
-		AmrLeaf    *leaf = amr_leaf_pmem_image(NULL, t, leaf_id, &word);
 		uint64		marked = 0;
 
 		for (i = 0; i < x->npos; i++)
@@ -666,12 +675,9 @@ redo_mark_dead(XLogReaderState *record)
 			}
 		amr_leaf_refresh_copy(leaf_id, leaf);
 		amr_counter_sub(&t->nentries, marked);
-		LWLockRelease(amr_leaf_lock(leaf_id));
-		LWLockRelease(amr_tree_lock(t));
+		unlock_pmem_leaf(t, leaf_id);
 		return;
 	}
-	LWLockRelease(amr_leaf_lock(leaf_id));
-	LWLockRelease(amr_tree_lock(t));
 
 	word = read_leaf(t, leaf_id, img, "a VACUUM record");
 	if (word == 0)

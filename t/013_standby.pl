@@ -29,21 +29,7 @@ my $started = time;
 my $rows = 40000;
 
 # pool and slot file at their defaults, inside the data directory
-my $primary = amr_node('primary', pool => undef, pmem_size => '64MB',
-	init => { allows_streaming => 1 }, conf => q{
-amrtree.ssd_size = 32MB
-autovacuum = off
-shared_buffers = 16MB
-max_connections = 30
-wal_keep_size = 256MB
-log_statement = ddl
-});
-$primary->start;
-$primary->safe_psql('postgres', 'CREATE EXTENSION amrtree; CREATE SEQUENCE trip_ids START 1000000');
-amr_load_porto($primary, 'trips', $rows, 13);
-$primary->safe_psql('postgres', q{
-CREATE INDEX trips_b ON trips USING amrtree (b) WITH (pmem_budget = '50%');
-VACUUM ANALYZE trips;});
+my $primary = amrwal_primary('primary', rows => $rows, seed => 13);
 amrwal_setup($primary);
 amrwal_windows($primary, 'trips', 200);
 $primary->safe_psql('postgres', q{SELECT amrtree_settle('trips_b', 0)});

@@ -25,20 +25,7 @@ use AmrWal;
 
 my $started = time;
 
-my $primary = amr_node('primary', pool => undef, pmem_size => '64MB',
-	init => { has_archiving => 1, allows_streaming => 1 }, conf => q{
-amrtree.ssd_size = 32MB
-autovacuum = off
-shared_buffers = 16MB
-max_connections = 30
-log_statement = ddl
-});
-$primary->start;
-$primary->safe_psql('postgres', 'CREATE EXTENSION amrtree; CREATE SEQUENCE trip_ids START 1000000');
-amr_load_porto($primary, 'trips', 30000, 14);
-$primary->safe_psql('postgres', q{
-CREATE INDEX trips_b ON trips USING amrtree (b) WITH (pmem_budget = '50%');
-VACUUM ANALYZE trips;});
+my $primary = amrwal_primary('primary', archiving => 1, rows => 30000, seed => 14);
 amrwal_setup($primary);
 amrwal_windows($primary, 'trips', 160);
 $primary->safe_psql('postgres', q{SELECT amrtree_settle('trips_b', 0)});
@@ -46,21 +33,7 @@ my ($mismatch, $info) = amrwal_parity($primary, 'trips');
 is($mismatch, 0, "primary: index agrees with a sequential scan before the backup ($info)");
 
 # base backup while two clients insert and delete
-my $load = amrwal_start_load($primary, seconds => 2, scripts => {
-	ins => [ q{
-\set x random(0, 12000)
-\set y random(0, 8500)
-INSERT INTO trips (id, b, t)
-SELECT nextval('trip_ids'), box(point(-8.688 + :x * 0.00001, 41.098 + :y * 0.00001),
-  point(-8.688 + :x * 0.00001 + random() * 0.002, 41.098 + :y * 0.00001 + random() * 0.0015)), 0;
-}, 4 ],
-	del => [ q{
-\set x random(0, 12000)
-\set y random(0, 8500)
-DELETE FROM trips WHERE ctid IN (SELECT ctid FROM trips
-  WHERE b && box(point(-8.688 + :x * 0.00001, 41.098 + :y * 0.00001),
-                 point(-8.688 + :x * 0.00001 + 0.003, 41.098 + :y * 0.00001 + 0.003)) LIMIT 5);
-}, 1 ] });
+my $load = amrwal_start_load($primary, seconds => 2, scripts => amrwal_scripts(ins => 4, del => 1));
 sleep 1;
 $primary->backup('b1');
 sleep 1;

@@ -26,21 +26,7 @@ use AmrWal;
 
 my $started = time;
 
-my $primary = amr_node('primary', pool => undef, pmem_size => '64MB',
-	init => { allows_streaming => 1 }, conf => q{
-amrtree.ssd_size = 32MB
-autovacuum = off
-shared_buffers = 16MB
-max_connections = 30
-wal_keep_size = 256MB
-log_statement = ddl
-});
-$primary->start;
-$primary->safe_psql('postgres', 'CREATE EXTENSION amrtree; CREATE SEQUENCE trip_ids START 1000000');
-amr_load_porto($primary, 'trips', 20000, 15);
-$primary->safe_psql('postgres', q{
-CREATE INDEX trips_b ON trips USING amrtree (b) WITH (pmem_budget = '50%');
-VACUUM ANALYZE trips;});
+my $primary = amrwal_primary('primary', rows => 20000, seed => 15);
 amrwal_setup($primary);
 amrwal_windows($primary, 'trips', 120);
 $primary->safe_psql('postgres', q{SELECT amrtree_settle('trips_b', 0)});
@@ -50,32 +36,7 @@ my $standby = PostgreSQL::Test::Cluster->new('standby');
 $standby->init_from_backup($primary, 'b1', has_streaming => 1);
 $standby->start;
 
-my %scripts = (
-	ins => [ q{
-\set x random(0, 12000)
-\set y random(0, 8500)
-INSERT INTO trips (id, b, t)
-SELECT nextval('trip_ids'), box(point(-8.688 + :x * 0.00001, 41.098 + :y * 0.00001),
-  point(-8.688 + :x * 0.00001 + random() * 0.002, 41.098 + :y * 0.00001 + random() * 0.0015)), 0;
-}, 40 ],
-	hot => [ q{
-\set x random(0, 1000)
-\set y random(0, 800)
-INSERT INTO trips (id, b, t)
-SELECT nextval('trip_ids'), box(point(-8.615 + :x * 0.00001, 41.145 + :y * 0.00001),
-  point(-8.615 + :x * 0.00001 + random() * 0.0005, 41.145 + :y * 0.00001 + random() * 0.0004)), 0;
-}, 20 ],
-	del => [ q{
-\set x random(0, 12000)
-\set y random(0, 8500)
-DELETE FROM trips WHERE ctid IN (SELECT ctid FROM trips
-  WHERE b && box(point(-8.688 + :x * 0.00001, 41.098 + :y * 0.00001),
-                 point(-8.688 + :x * 0.00001 + 0.004, 41.098 + :y * 0.00001 + 0.004)) LIMIT 10);
-}, 12 ],
-	vac => [ q{
-VACUUM trips;
-}, 1 ],
-);
+my $scripts = amrwal_scripts(ins => 40, hot => 20, del => 12, vac => 1);
 
 # Load stopped: compare the standby with the primary.
 sub compare
@@ -158,6 +119,7 @@ sub abort_in_replay
 	my ($point) = @_;
 	my $pm = amrwal_pm_pid($standby) or die 'standby not running';
 	my @children = amrwal_child_pids($pm);
+	unlink($standby->data_dir . '/amrtree_fault_fired');    # arm it again
 	$standby->append_conf('postgresql.conf', "amrtree.fault_injection = '$point'\n");
 	$standby->reload;
 	amrwal_wait_pids_gone($pm, @children) or die "the standby did not go down at $point";
@@ -174,7 +136,7 @@ for my $crash (@standby_crashes)
 	my ($how, $checkpoint, $do) = @$crash;
 	$round++;
 	my $what = "standby round $round ($how)";
-	my $load = amrwal_start_load($primary, scripts => \%scripts, seconds => 1);
+	my $load = amrwal_start_load($primary, scripts => $scripts, seconds => 1);
 	sleep 1;
 	my $redo = $checkpoint ? restartpoint() : undef;
 	like(migrate($round), qr/^\d+$/, "$what: leaves migrated on the primary under load");
@@ -204,7 +166,7 @@ for my $i (1 .. 2)
 {
 	$round++;
 	my $what = "primary round $i (immediate stop under load)";
-	my $load = amrwal_start_load($primary, scripts => \%scripts, seconds => 1);
+	my $load = amrwal_start_load($primary, scripts => $scripts, seconds => 1);
 	sleep 1;
 	# the second time, a checkpoint first: crash recovery then replays the
 	# leaf changes after it

@@ -16,7 +16,7 @@ use Test::More;
 use Time::HiRes qw(usleep time);
 use AmrTree;
 
-our @EXPORT = qw(amrwal_setup amrwal_windows amrwal_query amrwal_parity
+our @EXPORT = qw(amrwal_primary amrwal_scripts amrwal_setup amrwal_windows amrwal_query amrwal_parity
   amrwal_digest amrwal_heap_digest amrwal_same_digest amrwal_check amrwal_shape
   amrwal_start_load amrwal_stop_load amrwal_load_ok amrwal_forget_pool
   amrwal_child_pids amrwal_wait_pids_gone amrwal_startup_pid
@@ -27,6 +27,71 @@ my @pools;
 # The strategies a parity check runs on every window; the others (which
 # match large parts of the table) run on every $all_every-th window.
 our @SELECTIVE = ('&&', '@>', '<@', '~=');
+
+# The primary of a WAL test: pool and slot file at their defaults, inside
+# the data directory (so that a base backup copies them), small enough to
+# copy quickly; $rows Porto-like boxes in trips (ids from trip_ids for the
+# loads below) with an amrtree index at a 50% budget, so that some leaves
+# are on the SSD tier.  Options: archiving => 1, rows, seed.
+sub amrwal_primary
+{
+	my ($name, %opt) = @_;
+	my $node = amr_node($name, pool => undef, pmem_size => '64MB',
+		init => { allows_streaming => 1, $opt{archiving} ? (has_archiving => 1) : () },
+		conf => q{
+amrtree.ssd_size = 32MB
+autovacuum = off
+shared_buffers = 16MB
+max_connections = 30
+wal_keep_size = 256MB
+log_statement = ddl
+});
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION amrtree; CREATE SEQUENCE trip_ids START 1000000');
+	amr_load_porto($node, 'trips', $opt{rows} || 20000, $opt{seed} || 13);
+	$node->safe_psql('postgres', q{
+CREATE INDEX trips_b ON trips USING amrtree (b) WITH (pmem_budget = '50%');
+VACUUM ANALYZE trips;});
+	return $node;
+}
+
+# pgbench scripts for loads on trips: inserts spread over the area (ins),
+# inserts into one dense corner, which split leaves often (hot), deletes of
+# a few rows of a random window (del), VACUUM (vac).
+my %load_scripts = (
+	ins => q{
+\set x random(0, 12000)
+\set y random(0, 8500)
+INSERT INTO trips (id, b, t)
+SELECT nextval('trip_ids'), box(point(-8.688 + :x * 0.00001, 41.098 + :y * 0.00001),
+  point(-8.688 + :x * 0.00001 + random() * 0.002, 41.098 + :y * 0.00001 + random() * 0.0015)), 0;
+},
+	hot => q{
+\set x random(0, 1000)
+\set y random(0, 800)
+INSERT INTO trips (id, b, t)
+SELECT nextval('trip_ids'), box(point(-8.615 + :x * 0.00001, 41.145 + :y * 0.00001),
+  point(-8.615 + :x * 0.00001 + random() * 0.0005, 41.145 + :y * 0.00001 + random() * 0.0004)), 0;
+},
+	del => q{
+\set x random(0, 12000)
+\set y random(0, 8500)
+DELETE FROM trips WHERE ctid IN (SELECT ctid FROM trips
+  WHERE b && box(point(-8.688 + :x * 0.00001, 41.098 + :y * 0.00001),
+                 point(-8.688 + :x * 0.00001 + 0.004, 41.098 + :y * 0.00001 + 0.004)) LIMIT 10);
+},
+	vac => q{
+VACUUM trips;
+},
+);
+
+# The scripts argument of amrwal_start_load for some of the scripts above,
+# with their pgbench weights: amrwal_scripts(ins => 4, del => 1).
+sub amrwal_scripts
+{
+	my (%weight) = @_;
+	return { map { $_ => [ $load_scripts{$_}, $weight{$_} ] } keys %weight };
+}
 
 # amr_ops and amr_ids (AmrTree.pm), plus amrwal_ids(tbl, op, qb, mode): the
 # ids a query returns with one access path forced.  mode 'seq': sequential
