@@ -27,8 +27,17 @@ $primary->backup('base');
 my $standby = PostgreSQL::Test::Cluster->new('standby');
 $standby->init_from_backup($primary, 'base', has_streaming => 1);
 $standby->start;
+my $lsn0 = $primary->safe_psql('postgres', 'SELECT pg_current_wal_lsn()');
 $primary->safe_psql('postgres', 'INSERT INTO t SELECT 100000 + g, box(point(g, g), point(g + 1, g + 1)) FROM generate_series(1, 1000) g');
 $primary->wait_for_catchup($standby);
+
+# amrtree's resource manager names and describes its records (pg_walinspect)
+$primary->safe_psql('postgres', 'CREATE EXTENSION pg_walinspect');
+my $wal = qq{FROM pg_get_wal_records_info('$lsn0', pg_current_wal_lsn()) WHERE resource_manager = 'amrtree'};
+like($primary->safe_psql('postgres', "SELECT string_agg(DISTINCT record_type, ',') $wal"),
+	qr/APPEND/, 'pg_walinspect shows amrtree records by type');
+like($primary->safe_psql('postgres', "SELECT description $wal AND record_type = 'APPEND' LIMIT 1"),
+	qr{^rel \d+/\d+/\d+ tree \d+/\d+; leaf \d+ v\d+ pos \d+$}, '... and describes them');
 
 my $q = q{SELECT count(*) FROM t WHERE b && box '((10,10),(50,40))'};
 my $idx = "SET enable_seqscan = off; SET enable_bitmapscan = off; $q";
