@@ -3,7 +3,7 @@
 EXTENSION = amrtree
 MODULE_big = amrtree
 srcdir ?= .
-DATA = sql/amrtree--0.2.sql sql/amrtree--0.1--0.2.sql
+DATA = sql/amrtree--0.3.sql sql/amrtree--0.1--0.2.sql sql/amrtree--0.2--0.3.sql
 PGFILEDESC = "amrtree - AMR-Tree index access method"
 
 CORE_OBJS = \
@@ -26,6 +26,7 @@ OBJS = \
 	src/amr_directory.o \
 	src/amr_fault.o \
 	src/amr_funcs.o \
+	src/amr_heal.o \
 	src/amr_insert.o \
 	src/amr_leafstore.o \
 	src/amr_pool.o \

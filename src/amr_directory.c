@@ -410,6 +410,10 @@ tree_missing(Relation index, const char *why)
 			 errhint("Copy the primary's pool to this standby (see \"Hot standby\" in the amrtree user guide), or REINDEX INDEX %s on the primary.",
 					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(index)),
 												RelationGetRelationName(index))) :
+			 amr_auto_rebuild ?
+			 errhint("amrtree rebuilds it in the background (see amrtree_index_stats); queries do not use it meanwhile.  To rebuild it now: REINDEX INDEX %s;",
+					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(index)),
+												RelationGetRelationName(index))) :
 			 errhint("Rebuild it: REINDEX INDEX %s;",
 					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(index)),
 												RelationGetRelationName(index)))));
@@ -463,8 +467,12 @@ tree_broken(Relation index)
 												RelationGetRelationName(index)))));
 }
 
-AmrTree *
-amr_tree_open_extended(Relation index, bool missing_ok)
+/*
+ * The tree of an index, or NULL (missing_ok only) with *state saying why:
+ * see amr_tree_lookup.
+ */
+static AmrTree *
+tree_open(Relation index, bool missing_ok, AmrTreeUse *state)
 {
 	AmrRelCache *cache = (AmrRelCache *) index->rd_amcache;
 	AmrTreeRecord *rec;
@@ -480,6 +488,7 @@ amr_tree_open_extended(Relation index, bool missing_ok)
 
 		if (RelationGetNumberOfBlocks(index) == 0)
 		{
+			*state = AMR_USE_LOST;
 			if (missing_ok)
 				return NULL;
 			tree_missing(index, "The index has no metapage.");
@@ -498,6 +507,7 @@ amr_tree_open_extended(Relation index, bool missing_ok)
 		tree_no = find_tree_of(index, &meta);
 		if (tree_no == UINT32_MAX)
 		{
+			*state = AMR_USE_LOST;
 			if (missing_ok)
 				return NULL;
 			if (meta.pool_id != amr_shared->pool_id)
@@ -521,10 +531,11 @@ amr_tree_open_extended(Relation index, bool missing_ok)
 		/* replaced since we cached it (a standby replaying a rebuild): look again */
 		index->rd_amcache = NULL;
 		pfree(cache);
-		return amr_tree_open_extended(index, missing_ok);
+		return tree_open(index, missing_ok, state);
 	}
 	if (rec->flags & AMR_TREE_FLAG_BROKEN)
 	{
+		*state = AMR_USE_DAMAGED;
 		if (missing_ok)
 			return NULL;
 		tree_broken(index);
@@ -542,13 +553,37 @@ amr_tree_open_extended(Relation index, bool missing_ok)
 	/* on a standby placement is replay's business: nothing is written */
 	if (!RecoveryInProgress())
 		sync_placement(t, cache->budget_kind, cache->budget_value, cache->tiering);
+	*state = AMR_USE_OK;
 	return t;
+}
+
+AmrTree *
+amr_tree_open_extended(Relation index, bool missing_ok)
+{
+	AmrTreeUse state;
+
+	return tree_open(index, missing_ok, &state);
 }
 
 AmrTree *
 amr_tree_open(Relation index)
 {
-	return amr_tree_open_extended(index, false);
+	AmrTreeUse state;
+
+	return tree_open(index, false, &state);
+}
+
+/*
+ * The tree of an index and what this server has for it: USABLE (the tree
+ * is returned), LOST (no tree: the pool it was built in is gone, or its
+ * tree was dropped -- none can reappear for this storage, so the index
+ * can only be rebuilt) or DAMAGED (WAL replay gave up on it).  Raises only
+ * when the pool itself cannot be used or the metapage is not amrtree's.
+ */
+AmrTree *
+amr_tree_lookup(Relation index, AmrTreeUse *state)
+{
+	return tree_open(index, true, state);
 }
 
 /* ---- drops ---- */

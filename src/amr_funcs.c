@@ -573,8 +573,9 @@ amrtree_index_stats(PG_FUNCTION_ARGS)
 	List	   *indexes;
 	ListCell   *lc;
 	TupleDesc	tupdesc;
-	Datum		values[7];
-	bool		nulls[7] = {0};
+	Datum		values[8];
+	bool		nulls[8] = {0};
+	const char *status = NULL;
 	int32		height = 0;
 	uint64		inner = 0;
 	uint64		entries = 0;
@@ -586,8 +587,18 @@ amrtree_index_stats(PG_FUNCTION_ARGS)
 	indexes = open_for_inspection(indexoid, AMR_INSPECT_SHAPE, AccessShareLock);
 	foreach(lc, indexes)
 	{
-		AmrTree    *t = amr_tree_open((Relation) lfirst(lc));
+		AmrTreeUse	use;
+		AmrTree    *t = amr_tree_lookup((Relation) lfirst(lc), &use);
 
+		if (t == NULL)
+		{
+			/* the worst state among the partitions */
+			if (use == AMR_USE_DAMAGED || status == NULL)
+				status = use == AMR_USE_DAMAGED ? "damaged" :
+					RecoveryInProgress() ? "no tree" :
+					amr_auto_rebuild ? "rebuilding" : "no tree (REINDEX)";
+			continue;
+		}
 		count_leaves(t, &pmem_leaves, &ssd_leaves);
 		LWLockAcquire(amr_tree_lock(t), LW_SHARED);
 		height = Max(height, (int32) t->height);
@@ -604,6 +615,9 @@ amrtree_index_stats(PG_FUNCTION_ARGS)
 	values[4] = Int64GetDatum((int64) (inner * sizeof(AmrInnerNode)));
 	values[5] = Int64GetDatum((int64) (pmem_leaves * AMR_SLOT_SIZE));
 	values[6] = Int64GetDatum((int64) (ssd_leaves * AMR_SLOT_SIZE));
+	/* the 0.2 definition has no status column */
+	if (tupdesc->natts > 7)
+		values[7] = CStringGetTextDatum(status ? status : "ok");
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 

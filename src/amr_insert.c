@@ -431,9 +431,12 @@ amrinsert(Relation index, Datum *values, bool *isnull, ItemPointer ht_ctid,
 		  Relation heapRel, IndexUniqueCheck checkUnique, bool indexUnchanged,
 		  struct IndexInfo *indexInfo)
 {
-	AmrTree    *t = amr_tree_open(index);
+	AmrTree    *t = amr_tree_open_for_write(index);
 	AmrLeafEntry e;
 
+	/* no tree (its pool is gone): the rebuild will read this row (amr_heal.c) */
+	if (t == NULL)
+		return false;
 	memset(&e, 0, sizeof(e));
 	if (isnull[0])
 		e.flags = AMR_ENTRY_FLAG_NULL;

@@ -50,6 +50,7 @@ static char pool_error_msg[256];
 static char pool_error_detail[1024];
 static char pool_error_hint[512];
 static char pool_media[128];
+static bool pool_created_at_start = false;
 
 /*
  * Record why the pool cannot be used, and log it: every later use raises it
@@ -301,6 +302,16 @@ pool_grow(PMEMobjpool *old, const char *path, size_t new_size, uint64 ssd_slots)
 	return pop;
 }
 
+/*
+ * Was the pool created at this server start (none existed, or its creation
+ * had not finished)?  Then every amrtree index built before lost its tree.
+ */
+bool
+amr_pool_created_at_start(void)
+{
+	return pool_created_at_start;
+}
+
 /* Decide how stores reach durability on this pool's medium. */
 static void
 choose_persistence(const char *path, void *base, size_t len)
@@ -435,6 +446,7 @@ pool_open_or_create(void)
 		pool = pool_create(path, want, amr_random_id(), (uint64) time(NULL), ssd_slots, 0);
 		if (pool == NULL)
 			return;
+		pool_created_at_start = true;
 		ereport(LOG, (errmsg("amrtree: created PMEM pool \"%s\" (%zu MB)", path, want >> 20)));
 	}
 	else
@@ -462,6 +474,7 @@ pool_open_or_create(void)
 			pool = pool_create(path, want, amr_random_id(), (uint64) time(NULL), ssd_slots, 0);
 			if (pool == NULL)
 				return;
+			pool_created_at_start = true;
 			hdr = pool_header(pool);
 		}
 		if (hdr->magic != AMR_POOL_MAGIC || hdr->format_version != AMR_FORMAT_VERSION ||

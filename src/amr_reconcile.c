@@ -894,7 +894,9 @@ finish(void)
 		ereport(LOG,
 				(errmsg("amrtree: dropped the trees of %u indexes: WAL replay could not keep the PMEM pool up to date",
 						c.stale),
-				 errhint("REINDEX every amrtree index; until then using one raises an error.")));
+				 amr_auto_rebuild ?
+				 errhint("They are rebuilt in the background (amrtree.auto_rebuild); until then queries do not use them.") :
+				 errhint("REINDEX them (amrtree.auto_rebuild is off); until then queries do not use them.")));
 	if (c.orphans > 0)
 		ereport(LOG,
 				(errmsg("amrtree: reclaiming the trees of %u indexes that no longer exist",
@@ -923,6 +925,17 @@ finish(void)
 					(errmsg("amrtree: emptied the trees of %u unlogged indexes after recovery",
 							c.unlogged)));
 	}
+
+	/* a new pool, or trees lost or damaged: visit every database once */
+	if (amr_pool_created_at_start() || c.stale > 0)
+		amr_heal_request_all();
+	else
+		for (tn = 0; tn < AMR_MAX_TREES; tn++)
+			if (tree_is_live(tn) && (s->tree_records[tn].flags & AMR_TREE_FLAG_BROKEN))
+			{
+				amr_heal_request_all();
+				break;
+			}
 
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);

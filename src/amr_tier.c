@@ -571,6 +571,8 @@ amr_tier_worker_main(Datum arg)
 								ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(cxt);
 	pgstat_report_activity(STATE_IDLE, NULL);
+	/* rebuild requests wake us (amr_heal.c) */
+	amr_shared->heal.tier_manager_latch = MyLatch;
 
 	for (;;)
 	{
@@ -594,6 +596,7 @@ amr_tier_worker_main(Datum arg)
 		{
 			pgstat_report_activity(STATE_RUNNING, "placing amrtree leaves");
 			amr_require_ready();
+			amr_heal_launch_pending();
 			cycle_all();
 			pgstat_report_activity(STATE_IDLE, NULL);
 		}

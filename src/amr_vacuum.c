@@ -213,7 +213,7 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 			  IndexBulkDeleteCallback callback, void *callback_state)
 {
 	Relation	index = info->index;
-	AmrTree    *t = amr_tree_open(index);
+	AmrTree    *t = amr_tree_open_for_write(index);
 	AmrLeafList list = {NULL, 0, 0};
 	uint64		start_nsn;
 	uint32		pos;
@@ -224,6 +224,9 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 
 	if (stats == NULL)
 		stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
+	/* no tree (its pool is gone): nothing to remove until it is rebuilt */
+	if (t == NULL)
+		return stats;
 
 	/*
 	 * Removing an entry is durable at once, without WAL.  Flush the WAL
@@ -310,7 +313,9 @@ amrvacuumcleanup(IndexVacuumInfo *info, IndexBulkDeleteResult *stats)
 	if (info->analyze_only)
 		return stats;
 
-	t = amr_tree_open(info->index);
+	t = amr_tree_open_for_write(info->index);
+	if (t == NULL)
+		return stats;
 	if (stats == NULL)
 	{
 		/* no bulk delete ran: report what the tree holds */

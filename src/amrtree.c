@@ -285,11 +285,24 @@ define_gucs(void)
 							 NULL, NULL, NULL);
 	define_server_start_int("amrtree.wal_rmgr_id",
 							"WAL resource manager id that amrtree registers.",
-							"amrtree writes no WAL records; it registers a resource "
-							"manager to learn where crash recovery ended.  Change it "
-							"only if another extension uses the same id.",
+							"amrtree logs its changes with this resource manager "
+							"id; a server replaying amrtree WAL must use the id the "
+							"WAL was written with.  Change it only if another "
+							"extension uses the same id.",
 							&amr_wal_rmgr_id, RM_EXPERIMENTAL_ID,
 							RM_MIN_CUSTOM_ID, RM_MAX_CUSTOM_ID, 0);
+	DefineCustomBoolVariable("amrtree.auto_rebuild",
+							 "Rebuild amrtree indexes that lost their tree, in the background.",
+							 "When the pool an index was built in is gone (a reboot "
+							 "cleared /dev/shm, the file was deleted), queries skip the "
+							 "index and writes succeed meanwhile; on, a background "
+							 "worker runs REINDEX INDEX CONCURRENTLY on it; off leaves "
+							 "that to the administrator.",
+							 &amr_auto_rebuild,
+							 AMR_AUTO_REBUILD_DEFAULT,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
 	amr_fault_define_guc();
 	MarkGUCPrefixReserved("amrtree");
 }
@@ -329,6 +342,7 @@ _PG_init(void)
 	amr_register_wal_rmgr(amr_wal_rmgr_id);
 	amr_shmem_init_hooks();
 	amr_directory_register_hooks();
+	amr_heal_register_hooks();
 	amr_pins_register_callbacks();
 	amr_tier_register_callbacks();
 	amr_register_worker();

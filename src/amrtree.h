@@ -21,6 +21,7 @@
 #include "storage/condition_variable.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
+#include "storage/spin.h"
 #include "utils/geo_decls.h"
 #include "utils/relcache.h"
 
@@ -30,7 +31,7 @@
 #include "core/amr_ssd.h"
 #include "core/amr_tree.h"
 
-#define AMRTREE_EXTENSION_VERSION "0.2"
+#define AMRTREE_EXTENSION_VERSION "0.3"
 
 /*
  * ---- GUCs (amrtree.c) ----
@@ -39,6 +40,7 @@
  * code that depends on them (as pgvector's hnsw.h does).  Sizes are in the
  * unit of the setting.
  */
+#define AMR_AUTO_REBUILD_DEFAULT		true
 #define AMR_DRAM_SIZE_DEFAULT_KB		(64 * 1024)
 #define AMR_DRAM_SIZE_MIN_KB			256
 #define AMR_DRAM_SIZE_MAX_KB			(INT_MAX / 2)
@@ -139,6 +141,18 @@ typedef enum AmrPoolStatus
 	AMR_POOL_FAILED				/* opening or creating the pool failed */
 } AmrPoolStatus;
 
+/* rebuild requests for indexes that lost their tree (amr_heal.c) */
+#define AMR_HEAL_MAX_DBS 64
+
+typedef struct AmrHealQueue
+{
+	slock_t		mutex;
+	bool		all_databases;	/* visit every database */
+	int			ndbs;
+	Oid			dbs[AMR_HEAL_MAX_DBS];	/* databases to visit, oldest first */
+	Latch	   *tier_manager_latch; /* wakes the launcher, once it runs */
+} AmrHealQueue;
+
 typedef struct AmrSharedState
 {
 	LWLock		directory_lock; /* tree directory: create, drop, lookup */
@@ -156,6 +170,7 @@ typedef struct AmrSharedState
 	uint64		pool_id;
 	/* counters for amrtree_index_stats / monitoring */
 	pg_atomic_uint64 rebuilds;
+	AmrHealQueue heal;
 } AmrSharedState;
 
 extern AmrSharedState *amr_shared;
@@ -247,6 +262,9 @@ extern bool amr_is_ready(void);
 extern bool amr_is_reconciled(void);
 extern bool amr_pool_is_open(void);
 
+/* Was the pool created at this server start (amr_pool.c)? */
+extern bool amr_pool_created_at_start(void);
+
 /* ---- reconciliation (amr_reconcile.c) ---- */
 
 /*
@@ -305,6 +323,34 @@ extern AmrTree *amr_tree_open(Relation index);
 
 /* The index's tree, or NULL if it has none and missing_ok. */
 extern AmrTree *amr_tree_open_extended(Relation index, bool missing_ok);
+
+/* What this server holds for an index (amr_tree_lookup). */
+typedef enum AmrTreeUse
+{
+	AMR_USE_OK,			/* a tree this server maintains */
+	AMR_USE_LOST,				/* none, for good: only a rebuild helps */
+	AMR_USE_DAMAGED			/* WAL replay could not keep it up to date */
+} AmrTreeUse;
+
+extern AmrTree *amr_tree_lookup(Relation index, AmrTreeUse *state);
+
+/* ---- indexes that lost their tree (amr_heal.c) ---- */
+extern bool amr_auto_rebuild;
+
+/* Install the planner hook that hides indexes without a usable tree. */
+extern void amr_heal_register_hooks(void);
+
+/* The tree to insert into or vacuum, or NULL: skip the index (rebuild requested). */
+extern AmrTree *amr_tree_open_for_write(Relation index);
+
+/* Ask the tier manager to rebuild the lost trees of one database / of all. */
+extern void amr_heal_request(Oid dbid);
+extern void amr_heal_request_all(void);
+
+/* Tier manager: start the next requested rebuild worker, if none runs. */
+extern void amr_heal_launch_pending(void);
+
+extern PGDLLEXPORT void amr_rebuild_worker_main(Datum main_arg);
 
 /* At preload: the drop and utility hooks and the transaction callbacks. */
 extern void amr_directory_register_hooks(void);

@@ -1,7 +1,7 @@
 # The environment amrtree depends on, and what happens when it is wrong:
 # no shared_preload_libraries, a pool from another cluster or of another
-# format version, a wiped pool (the index says REINDEX instead of returning
-# nothing), a pool on an ordinary disk file, settings PostgreSQL rejects,
+# format version, a wiped pool with amrtree.auto_rebuild = off (queries skip
+# the index, writes succeed, the hint says REINDEX), a pool on an ordinary disk file, settings PostgreSQL rejects,
 # directories that do not exist, and an SSD tier being switched off.
 use strict;
 use warnings;
@@ -87,18 +87,32 @@ like($err, qr/format version 99/, '... naming the version');
 $vers->stop;
 unlink $patched;
 
-# --- a wiped pool: the index reports REINDEX instead of returning nothing
+# --- a wiped pool with amrtree.auto_rebuild = off: queries skip the index
+# (no wrong rows, no errors), writes succeed, and the hint says REINDEX
+$node->append_conf('postgresql.conf', "amrtree.auto_rebuild = off\n");
 $node->start;
 $node->stop;
 unlink $main_pool;
 $node->start;
-($ret, $out, $err) = $node->psql('postgres', q{SET enable_seqscan = off; SELECT count(*) FROM t WHERE b && '((10,10),(20,20))'});
-like($err, qr/amrtree index "t_b" has no tree in the PMEM pool/, 'a missing tree is an error');
+my $q_idx = q{SET enable_seqscan = off; SELECT count(*) FROM t WHERE b && '((10,10),(20,20))'};
+like($node->safe_psql('postgres', "SET enable_seqscan = off; EXPLAIN (COSTS OFF) SELECT count(*) FROM t WHERE b && '((10,10),(20,20))'"),
+	qr/Seq Scan/, 'the planner skips an index whose tree is gone, even with enable_seqscan = off');
+is($node->safe_psql('postgres', $q_idx), '12', '... and the query answers from the table');
+$node->safe_psql('postgres', q{INSERT INTO t (b) VALUES ('((15,15),(15.5,15.5))')});
+is($node->safe_psql('postgres', $q_idx), '13', 'inserts succeed meanwhile');
+is($node->safe_psql('postgres', q{SELECT status FROM amrtree_index_stats('t_b')}),
+	'no tree (REINDEX)', 'amrtree_index_stats says the index needs a REINDEX');
+($ret, $out, $err) = $node->psql('postgres', q{SELECT amrtree_check('t_b')});
+like($err, qr/amrtree index "t_b" has no tree in the PMEM pool/, 'checking the index names the missing tree');
 like($err, qr/HINT:  Rebuild it: REINDEX INDEX public\.t_b;/, '... with the REINDEX hint');
+sleep 2;
+ok(!$node->log_contains('rebuilding index'), 'nothing is rebuilt with amrtree.auto_rebuild = off');
 $node->safe_psql('postgres', 'REINDEX INDEX t_b');
-is($node->safe_psql('postgres', q{SET enable_seqscan = off; SELECT count(*) FROM t WHERE b && '((10,10),(20,20))'}),
-	'12', 'after REINDEX the index answers again');
+like($node->safe_psql('postgres', "SET enable_seqscan = off; EXPLAIN (COSTS OFF) SELECT count(*) FROM t WHERE b && '((10,10),(20,20))'"),
+	qr/t_b/, 'after REINDEX the planner uses the index again');
+is($node->safe_psql('postgres', $q_idx), '13', '... and it answers with every row');
 is($node->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and it is valid');
+is($node->safe_psql('postgres', q{SELECT status FROM amrtree_index_stats('t_b')}), 'ok', 'status ok');
 $node->stop;
 
 # --- the default location: a disk file in the data directory (msync)

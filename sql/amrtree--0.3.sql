@@ -1,4 +1,4 @@
-/* amrtree--0.2.sql */
+/* amrtree--0.3.sql */
 
 -- Privileges follow PostgreSQL's own rules for index inspection:
 --  * functions that describe an index's shape or placement need SELECT on
@@ -54,12 +54,13 @@ CREATE FUNCTION amrtree_index_stats(index regclass,
 	OUT entries bigint,
 	OUT dram_bytes bigint,
 	OUT pmem_bytes bigint,
-	OUT ssd_bytes bigint)
+	OUT ssd_bytes bigint,
+	OUT status text)
 RETURNS record
 AS 'MODULE_PATHNAME'
 LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION amrtree_index_stats(regclass) IS
-'shape and size of an amrtree index per tier';
+'shape and size of an amrtree index per tier, and whether this server has its tree (status)';
 
 CREATE FUNCTION amrtree_leaf_entries(index regclass,
 	OUT leaf_id bigint,

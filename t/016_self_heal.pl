@@ -1,0 +1,130 @@
+# An index whose pool is lost heals itself: the pool is deleted while the
+# server is stopped (a reboot that cleared /dev/shm), and from the first
+# query on, reads return what a sequential scan returns, writes succeed
+# (under a pgbench load that runs through the rebuild), and the index comes
+# back -- chosen by the planner, equal to a sequential scan, valid -- with
+# no REINDEX by hand.  The same for a second database, which nobody touches.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
+use AmrTree;
+
+my $node = amr_node('heal', conf => "amrtree.ssd_size = 16MB\nautovacuum_naptime = 1s\n");
+my $pool = amr_pool_path('heal');
+$node->start;
+$node->safe_psql('postgres', q{
+CREATE EXTENSION amrtree;
+CREATE TABLE t (id serial, b box);
+INSERT INTO t (b) SELECT box(point(x, y), point(x + random() * 2, y + random() * 2))
+  FROM (SELECT random() * 1000 AS x, random() * 1000 AS y FROM generate_series(1, 40000)) s;
+INSERT INTO t (b) SELECT NULL FROM generate_series(1, 50);
+CREATE INDEX t_b ON t USING amrtree (b);
+CREATE DATABASE other;
+});
+$node->safe_psql('other', q{
+CREATE EXTENSION amrtree;
+CREATE TABLE o (b box);
+INSERT INTO o SELECT box(point(i, i), point(i + 1, i + 1)) FROM generate_series(1, 3000) i;
+CREATE INDEX o_b ON o USING amrtree (b);
+});
+
+# windows of every size, and the NULLs
+my @windows = map { my ($x, $y, $w) = (($_ * 137) % 1000, ($_ * 311) % 1000, 1 + ($_ % 7) * 20);
+	"b && box '(($x,$y),(" . ($x + $w) . "," . ($y + $w) . "))'" } 1 .. 30;
+push @windows, 'b IS NULL', q{b @> box '((500,500),(500.5,500.5))'};
+
+# index and sequential scan in one snapshot, so that concurrent writes
+# cannot make them differ
+sub mismatches
+{
+	my ($db, $table) = @_;
+	my $bad = 0;
+	for my $w (@windows)
+	{
+		my $q = "SELECT count(*) || ':' || coalesce(sum(hashtext(b::text)), 0) FROM $table WHERE $w";
+		my $out = $node->safe_psql($db, qq{
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SET LOCAL enable_seqscan = off;
+$q;
+SET LOCAL enable_seqscan = on; SET LOCAL enable_indexscan = off;
+SET LOCAL enable_bitmapscan = off; SET LOCAL enable_indexonlyscan = off;
+$q;
+COMMIT;});
+		my @r = split /\n/, $out;
+		$bad++ if @r != 2 || $r[0] ne $r[1];
+	}
+	return $bad;
+}
+
+sub uses_index
+{
+	my ($db, $table, $index) = @_;
+	my $plan = $node->safe_psql($db,
+		"SET enable_seqscan = off; EXPLAIN (COSTS OFF) SELECT count(*) FROM $table WHERE b && box '((1,1),(50,50))'");
+	return $plan =~ /\Q$index\E/;
+}
+
+ok(uses_index('postgres', 't', 't_b'), 'the index is used before the pool is lost');
+is(mismatches('postgres', 't'), 0, 'and agrees with a sequential scan');
+
+# --- the pool is lost while the server is stopped
+$node->stop;
+ok(-e $pool, 'the pool file existed');
+unlink $pool or die "unlink $pool: $!";
+my $log_offset = -s $node->logfile;
+$node->start;
+
+# writes from the first moment, through the rebuild
+my $ins = $node->basedir . '/ins.sql';
+PostgreSQL::Test::Utils::append_to_file($ins, q{
+\set x random(0, 990)
+\set y random(0, 990)
+INSERT INTO t (b) VALUES (box(point(:x, :y), point(:x + 1, :y + 1)));
+DELETE FROM t WHERE id = (SELECT max(id) FROM t WHERE id % 97 = 0);
+});
+my ($pgb_out, $pgb_err) = ('', '');
+my $pgbench = IPC::Run::start(
+	[ 'pgbench', '-n', '-c', '2', '-T', '8', '-f', $ins, '-d', $node->connstr('postgres') ],
+	'>', \$pgb_out, '2>', \$pgb_err);
+
+is(mismatches('postgres', 't'), 0, 'right after the restart, queries return what a sequential scan returns');
+my ($ret, $out, $err) = $node->psql('postgres', q{INSERT INTO t (b) VALUES (box '((2,2),(3,3))') RETURNING 1});
+is($ret, 0, 'and an INSERT succeeds') or diag($err);
+
+# the index comes back by itself
+my $deadline = time + 120;
+my $back = 0;
+while (time < $deadline)
+{
+	if (uses_index('postgres', 't', 't_b') && uses_index('other', 'o', 'o_b'))
+	{
+		$back = 1;
+		last;
+	}
+	usleep(200_000);
+}
+ok($back, 'both indexes are chosen by the planner again, with no REINDEX by hand');
+$pgbench->finish;
+is($?, 0, 'the pgbench load through the rebuild succeeded') or diag($pgb_err);
+like($pgb_out, qr/number of failed transactions: 0/, '... with no failed transaction');
+
+ok($node->log_contains('amrtree: rebuilding index "public.t_b"', $log_offset), 'the server log says it rebuilt t_b');
+ok($node->log_contains('amrtree: rebuilt index "public.o_b"', $log_offset),
+	'and o_b in a database nobody touched');
+is(mismatches('postgres', 't'), 0, 'the rebuilt index agrees with a sequential scan (rows written during the rebuild included)');
+is(mismatches('other', 'o'), 0, 'so does the other database\'s');
+is($node->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'the rebuilt index is valid');
+is($node->safe_psql('postgres', q{SELECT status FROM amrtree_index_stats('t_b')}), 'ok', 'its status is ok');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname LIKE 't_b_ccnew%'}),
+	'0', 'no leftover of the concurrent rebuild');
+
+# --- and it survives a restart as any index does
+$node->restart;
+is(mismatches('postgres', 't'), 0, 'after a restart it still agrees with a sequential scan');
+ok(uses_index('postgres', 't', 't_b'), 'and is used');
+$node->stop;
+done_testing();
