@@ -51,6 +51,7 @@ static char pool_error_detail[1024];
 static char pool_error_hint[512];
 static char pool_media[128];
 static bool pool_created_at_start = false;
+static bool ssd_leaves_lost = false;
 
 /*
  * Record why the pool cannot be used, and log it: every later use raises it
@@ -312,6 +313,76 @@ amr_pool_created_at_start(void)
 	return pool_created_at_start;
 }
 
+/*
+ * The slot file's leaves are lost to this pool (the file is missing, wiped,
+ * truncated, or a stale one of this cluster): keep what is there under
+ * another name, start a new file, and let the trees that had leaves on it
+ * be rebuilt (mark_trees_with_lost_leaves).  Returns false, the reason
+ * recorded, when no new file could be made.
+ */
+static bool
+replace_slot_file(AmrPoolHeader *hdr, uint64 ssd_slots)
+{
+	char		aside[MAXPGPATH];
+	struct stat st;
+
+	snprintf(aside, sizeof(aside), "%s.lost-%lld", amr_ssd_path, (long long) time(NULL));
+	amr_slotfile_forget_lock();
+	if (stat(amr_ssd_path, &st) == 0 && rename(amr_ssd_path, aside) != 0)
+		return false;			/* the first failure stays the reason */
+	ereport(WARNING,
+			(errmsg("amrtree: the SSD slot file \"%s\" cannot be used (%s); starting a new one",
+					amr_ssd_path, pool_error_msg),
+			 errdetail("%s%s%s", pool_error_detail,
+					   stat(aside, &st) == 0 ? " The old file was kept as " : "",
+					   stat(aside, &st) == 0 ? aside : ""),
+			 errhint("The amrtree indexes that had leaves on it are rebuilt in the background (amrtree.auto_rebuild), or need REINDEX.")));
+	hdr->ssd_file_id = 0;
+	pmem_persist(&hdr->ssd_file_id, sizeof(hdr->ssd_file_id));
+	if (!pmem_is_pmem(hdr, sizeof(*hdr)))
+		pmem_msync(hdr, sizeof(*hdr));
+	pool_status = AMR_POOL_NOT_CONFIGURED;
+	if (!amr_slotfile_open(amr_ssd_path, ssd_slots, hdr))
+		return false;
+	ssd_leaves_lost = true;
+	return true;
+}
+
+/*
+ * Trees with a leaf in the lost slot file cannot answer for their rows:
+ * marked damaged, they are skipped by the planner and by writes, and
+ * rebuilt (amr_heal.c).  Their Leaf Table entries stay until the old
+ * index's drop frees them.
+ */
+static void
+mark_trees_with_lost_leaves(void)
+{
+	AmrStore   *s = &amr_store;
+	uint32		marked = 0;
+	uint32		id;
+
+	for (id = 0; id < s->lt_capacity; id++)
+	{
+		uint64		word = amr_lt_word(s, id);
+		uint32		tn = s->lt[id].tree_no;
+
+		if (word == 0 || AMR_WORD_TIER(word) != AMR_TIER_SSD || tn >= AMR_MAX_TREES)
+			continue;
+		if (s->tree_records[tn].state != AMR_TREE_VALID &&
+			s->tree_records[tn].state != AMR_TREE_BUILDING)
+			continue;
+		if (!(s->tree_records[tn].flags & AMR_TREE_FLAG_BROKEN))
+		{
+			amr_tree_mark_broken(tn);
+			marked++;
+		}
+	}
+	if (marked > 0)
+		ereport(LOG,
+				(errmsg("amrtree: %u trees had leaves in the lost SSD slot file; their indexes are rebuilt",
+						marked)));
+}
+
 /* Decide how stores reach durability on this pool's medium. */
 static void
 choose_persistence(const char *path, void *base, size_t len)
@@ -526,7 +597,8 @@ pool_open_or_create(void)
 		ssd_slots = hdr->lt_capacity - hdr->pmem_nslots;
 	if (!decide_ssd_tier(hdr, &ssd_slots))
 		;						/* no SSD tier */
-	else if (!amr_slotfile_open(amr_ssd_path, ssd_slots, hdr))
+	else if (!amr_slotfile_open(amr_ssd_path, ssd_slots, hdr) &&
+			 !(amr_slotfile_was_lost() && replace_slot_file(hdr, ssd_slots)))
 	{
 		pmemobj_close(pool);
 		pool = NULL;
@@ -545,6 +617,8 @@ pool_open_or_create(void)
 	amr_store.ssd_nslots = amr_slotfile_nslots();
 	choose_persistence(path, amr_store.pmem_slots,
 					   (size_t) amr_store.pmem_nslots * AMR_SLOT_SIZE);
+	if (ssd_leaves_lost)
+		mark_trees_with_lost_leaves();
 	pool_status = AMR_POOL_READY;
 	ereport(LOG,
 			(errmsg("amrtree: PMEM pool \"%s\": %u leaf slots of %d bytes, Leaf Table of %u entries, on %s; persisting with %s",

@@ -26,6 +26,7 @@
 #include "access/xlog.h"
 #include "miscadmin.h"
 
+static bool slotfile_lost = false;
 static int	ssd_lock_fd = -1;	/* flock()ed for the postmaster's lifetime */
 
 /* the slot file (opened by the postmaster, inherited by every child) */
@@ -71,6 +72,27 @@ amr_slotfile_peek_slots(const char *path)
 }
 
 /*
+ * Did the last amr_slotfile_open fail because the file's leaves are lost to
+ * this pool (missing, wiped, truncated, or a stale file of this cluster) --
+ * as opposed to an error that another server or a setting causes, where the
+ * file must be left alone?
+ */
+bool
+amr_slotfile_was_lost(void)
+{
+	return slotfile_lost;
+}
+
+/* Let go of the lock on a slot file that is being replaced. */
+void
+amr_slotfile_forget_lock(void)
+{
+	if (ssd_lock_fd >= 0)
+		close(ssd_lock_fd);
+	ssd_lock_fd = -1;
+}
+
+/*
  * Open, validate, create or enlarge the slot file, for the pool "hdr".  On
  * failure the whole of amrtree is unusable (the pool's Leaf Table may point
  * into the file), with the reason stored for every later use.
@@ -84,6 +106,7 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 	int			fd;
 	int			flags = O_RDWR | PG_BINARY;
 
+	slotfile_lost = false;
 	if (stat(path, &st) != 0)
 	{
 		if (errno != ENOENT)
@@ -97,6 +120,7 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 			snprintf(detail, sizeof(detail),
 					 "The PMEM pool's Leaf Table refers to leaves in slot file %016llx, which is gone.",
 					 (unsigned long long) hdr->ssd_file_id);
+			slotfile_lost = true;
 			amr_pool_fail("the SSD slot file is missing", detail,
 					  "Restore the file at amrtree.ssd_path, or move the PMEM pool away too and "
 					  "restart; then REINDEX every amrtree index.");
@@ -177,6 +201,7 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 				 path, fd < 0 ? ": " : "", fd < 0 ? strerror(errno) : "");
 		if (fd >= 0)
 			close(fd);
+		slotfile_lost = true;
 		amr_pool_fail("the SSD slot file is not an amrtree slot file", detail,
 				  "Point amrtree.ssd_path at this cluster's slot file.");
 		return false;
@@ -222,6 +247,8 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 				 h.system_identifier, (unsigned long long) h.pool_id,
 				 GetSystemIdentifier(), (unsigned long long) hdr->pool_id);
 		close(fd);
+		/* a stale file of this cluster may go; another cluster's never */
+		slotfile_lost = h.system_identifier == GetSystemIdentifier();
 		amr_pool_fail("the SSD slot file belongs to another cluster or pool", detail,
 				  "Point amrtree.ssd_path at the slot file created with this cluster's PMEM pool.");
 		return false;
@@ -234,6 +261,7 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 				 path, (long long) st.st_size, (unsigned long long) h.nslots,
 				 (unsigned long long) ((h.nslots + 1) * AMR_SLOT_SIZE));
 		close(fd);
+		slotfile_lost = true;
 		amr_pool_fail("the SSD slot file is truncated", detail,
 				  "Restore the file from where it was copied, or move the slot file and the "
 				  "PMEM pool away and restart; then REINDEX every amrtree index.");

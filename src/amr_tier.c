@@ -525,7 +525,9 @@ cycle_all(void)
 	{
 		AmrTree    *t = &amr_store.trees[tn];
 
+		/* a damaged tree waits for its rebuild, its leaves untouched */
 		if (amr_store.tree_records[tn].state != AMR_TREE_VALID ||
+			(amr_store.tree_records[tn].flags & AMR_TREE_FLAG_BROKEN) ||
 			(!t->tiering && t->ssd_leaves == 0))
 			continue;
 		alloc_cands(&per_tree[tn], t);

@@ -237,6 +237,8 @@ extern bool amr_prepare_parent_directory(const char *path, const char *setting);
 
 /* Postmaster: validate, create or enlarge the slot file for pool hdr. */
 extern bool amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr);
+extern bool amr_slotfile_was_lost(void);
+extern void amr_slotfile_forget_lock(void);
 
 /* Slots an existing slot file declares (0 if none). */
 extern uint64 amr_slotfile_peek_slots(const char *path);

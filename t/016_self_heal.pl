@@ -3,7 +3,8 @@
 # query on, reads return what a sequential scan returns, writes succeed
 # (under a pgbench load that runs through the rebuild), and the index comes
 # back -- chosen by the planner, equal to a sequential scan, valid -- with
-# no REINDEX by hand.  The same for a second database, which nobody touches.
+# no REINDEX by hand.  The same for a second database, which nobody touches,
+# and for a wiped SSD slot file (only the indexes with leaves there rebuild).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -29,7 +30,7 @@ $node->safe_psql('other', q{
 CREATE EXTENSION amrtree;
 CREATE TABLE o (b box);
 INSERT INTO o SELECT box(point(i, i), point(i + 1, i + 1)) FROM generate_series(1, 3000) i;
-CREATE INDEX o_b ON o USING amrtree (b);
+CREATE INDEX o_b ON o USING amrtree (b) WITH (tiering = off);
 });
 
 # windows of every size, and the NULLs
@@ -126,5 +127,45 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname LI
 $node->restart;
 is(mismatches('postgres', 't'), 0, 'after a restart it still agrees with a sequential scan');
 ok(uses_index('postgres', 't', 't_b'), 'and is used');
+
+# --- the SSD slot file is wiped while the server is stopped
+$node->safe_psql('postgres', q{ALTER INDEX t_b SET (pmem_budget = '10%'); SELECT amrtree_settle('t_b', 0)});
+ok($node->safe_psql('postgres', q{SELECT leaves FROM amrtree_tier_stats('t_b') WHERE tier = 'ssd'}) > 0,
+	'leaves of t_b are on the SSD tier');
+is($node->safe_psql('other', q{SELECT count(*) FROM amrtree_tier_stats('o_b') WHERE tier = 'ssd' AND leaves > 0}),
+	'0', 'o_b has none there');
+$node->stop;
+my $slots = $node->data_dir . '/pg_amrtree/ssd.slots';
+my $size = -s $slots;
+ok($size > 0, 'the slot file exists');
+open(my $fh, '+<', $slots) or die "open $slots: $!";
+binmode $fh;
+print $fh "\0" x 65536;    # header and first slots zeroed
+close $fh;
+$log_offset = -s $node->logfile;
+$node->start;
+is(mismatches('postgres', 't'), 0, 'with the slot file wiped, queries still return what a sequential scan returns');
+($ret, $out, $err) = $node->psql('postgres', q{INSERT INTO t (b) VALUES (box '((4,4),(5,5))')});
+is($ret, 0, 'and an INSERT succeeds') or diag($err);
+ok(uses_index('other', 'o', 'o_b'), 'an index with no leaf on the SSD tier is untouched');
+is($node->safe_psql('other', q{SELECT status FROM amrtree_index_stats('o_b')}), 'ok', '... its status is ok');
+$deadline = time + 120;
+$back = 0;
+while (time < $deadline)
+{
+	if (uses_index('postgres', 't', 't_b'))
+	{
+		$back = 1;
+		last;
+	}
+	usleep(200_000);
+}
+ok($back, 't_b is chosen by the planner again, with no REINDEX by hand');
+ok($node->log_contains('cannot be used .*starting a new one', $log_offset), 'the log says the slot file was replaced');
+ok(scalar(my @aside = glob("$slots.lost-*")), 'the wiped file was kept aside');
+is(mismatches('postgres', 't'), 0, 'the rebuilt index agrees with a sequential scan');
+is($node->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and is valid');
+is($node->safe_psql('other', q{SELECT amrtree_check('o_b')}), 't', 'o_b too');
+ok(!$node->log_contains('rebuilding index "public.o_b"', $log_offset), 'and it was not rebuilt');
 $node->stop;
 done_testing();
