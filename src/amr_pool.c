@@ -470,6 +470,32 @@ decide_ssd_tier(AmrPoolHeader *hdr, uint64 *ssd_slots)
 	return true;
 }
 
+static void pool_open_or_create(void);
+
+/*
+ * A pool file this server cannot use (not a pool, another format, another
+ * cluster's) is renamed, kept for whoever wants to look at it, and a new
+ * pool is made in its place: the indexes built in the old one then heal
+ * (amr_heal.c) instead of failing every query and write.  Returns false
+ * when the file could not be renamed (the caller reports the problem).
+ */
+static bool
+set_pool_aside(const char *path, const char *why, const char *detail)
+{
+	char		aside[MAXPGPATH];
+
+	snprintf(aside, sizeof(aside), "%s.unusable-%lld", path, (long long) time(NULL));
+	if (rename(path, aside) != 0)
+		return false;
+	ereport(WARNING,
+			(errmsg("amrtree: the PMEM pool \"%s\" cannot be used (%s); it was renamed to \"%s\" and a new pool is created",
+					path, why, aside),
+			 errdetail("%s", detail),
+			 errhint("The amrtree indexes built in the old pool are rebuilt in the background (amrtree.auto_rebuild), or need REINDEX.  Do not put the old file back: its trees lack what was written since.")));
+	pool_open_or_create();
+	return true;
+}
+
 static void
 pool_open_or_create(void)
 {
@@ -525,8 +551,14 @@ pool_open_or_create(void)
 		pool = pmemobj_open(path, AMR_POOL_LAYOUT);
 		if (pool == NULL)
 		{
+			int			open_errno = errno;
+
 			snprintf(detail, sizeof(detail), "pmemobj_open(\"%s\") failed: %s",
 					 path, pmemobj_errormsg());
+			/* held by another server: never touch it */
+			if (open_errno != EWOULDBLOCK && open_errno != EAGAIN &&
+				set_pool_aside(path, "it is not an amrtree pool", detail))
+				return;
 			amr_pool_fail("could not open the PMEM pool", detail,
 					  "The file is not an amrtree pool, or another server has it "
 					  "open.  Stop that server, or move the file away (its indexes "
@@ -556,6 +588,8 @@ pool_open_or_create(void)
 					 hdr->format_version, hdr->slot_size, AMR_FORMAT_VERSION, AMR_SLOT_SIZE);
 			pmemobj_close(pool);
 			pool = NULL;
+			if (set_pool_aside(path, "it has an incompatible format", detail))
+				return;
 			amr_pool_fail("the PMEM pool has an incompatible format", detail,
 					  "Move the pool file away and restart; then REINDEX every amrtree index.");
 			return;
@@ -568,6 +602,8 @@ pool_open_or_create(void)
 					 hdr->system_identifier, GetSystemIdentifier());
 			pmemobj_close(pool);
 			pool = NULL;
+			if (set_pool_aside(path, "it belongs to another cluster", detail))
+				return;
 			amr_pool_fail("the PMEM pool belongs to another cluster", detail,
 					  "Point amrtree.pmem_path at this cluster's own pool, or move "
 					  "the foreign file away and restart; then REINDEX every amrtree index.");
