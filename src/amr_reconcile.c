@@ -854,7 +854,7 @@ finish(void)
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("amrtree: leaf %u of tree %u names a slot it cannot own, and WAL replay did not restore it",
 						id, owner),
-				 errhint("REINDEX the index whose tree this is; until then using it raises an error.")));
+				 errhint("Its index is rebuilt in the background (amrtree.auto_rebuild) or needs REINDEX; until then queries do not use it.")));
 		amr_tree_mark_broken(owner);
 	}
 

@@ -873,7 +873,7 @@ amr_redo_startup(void)
 		ereport(WARNING,
 				(errmsg("amrtree: WAL replay cannot maintain the PMEM pool: %s", edata->message),
 				 edata->detail ? errdetail("%s", edata->detail) : 0,
-				 errhint("Queries on this server cannot use amrtree indexes; once it is promoted, REINDEX them.")));
+				 errhint("Queries on this server do not use amrtree indexes; once it is promoted, they are rebuilt in the background (amrtree.auto_rebuild) or need REINDEX.")));
 		amr_store.header->history_reset = 1;
 		amr_persist(&amr_store.header->history_reset, sizeof(amr_store.header->history_reset));
 		pg_atomic_write_u32(&amr_shared->replay_failed, 1);
