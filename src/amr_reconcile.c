@@ -677,7 +677,7 @@ empty_tree(AmrTree *t)
  */
 static bool
 prune_leaf(AmrTree *t, uint32 id, XLogRecPtr horizon, AmrLeaf *buf, AmrLeaf *img,
-		   const AmrLeaf **image, uint64 *pruned)
+		   const AmrLeaf **image, uint64 *pruned, int64 *count_delta)
 {
 	AmrStore   *s = &amr_store;
 	AmrLeafTableEntry *e = &s->lt[id];
@@ -710,6 +710,7 @@ prune_leaf(AmrTree *t, uint32 id, XLogRecPtr horizon, AmrLeaf *buf, AmrLeaf *img
 		if (dropped > 0)
 			amr_leaf_refresh_copy(id, leaf);
 		*image = leaf;
+		*count_delta = -(int64) dropped;
 	}
 	else
 	{
@@ -717,6 +718,7 @@ prune_leaf(AmrTree *t, uint32 id, XLogRecPtr horizon, AmrLeaf *buf, AmrLeaf *img
 		uint32		tier;
 		uint32		new_slot;
 		AmrFBox		mbr;
+		int64		listed = e->entries;
 
 		if (!stamped)
 			return false;
@@ -760,6 +762,21 @@ prune_leaf(AmrTree *t, uint32 id, XLogRecPtr horizon, AmrLeaf *buf, AmrLeaf *img
 			(void) amr_leaf_switch(NULL, t, id, tier, new_slot, &mbr, img, false, AMR_LOG_NONE);
 			*image = img;
 		}
+		else if (amr_leaf_live_entries(buf) != e->entries)
+		{
+			/*
+			 * A switch interrupted between the entry's count and its word:
+			 * the count is the unpublished image's.  Its change's record
+			 * did not survive (replay would have switched again), so the
+			 * leaf's lsn_hint, written with the count, lies beyond the
+			 * horizon and brought us here.  The tree counted the wrong
+			 * number at attach; the delta below corrects it.
+			 */
+			e->entries = (uint16) amr_leaf_live_entries(buf);
+			amr_persist(&e->entries, sizeof(e->entries));
+		}
+		/* the tree counted this leaf's Leaf Table count at attach */
+		*count_delta = (int64) amr_leaf_live_entries(*image) - listed;
 	}
 	*pruned += dropped;
 	return dropped > 0 || stamped;
@@ -791,11 +808,12 @@ prune_and_resync(XLogRecPtr horizon, ReconcileCounts *c)
 		{
 			const AmrLeaf *image = NULL;
 			uint64		pruned = 0;
+			int64		count_delta = 0;
 
 			if ((id & 0xFFF) == 0)
 				CHECK_FOR_INTERRUPTS();
 			LWLockAcquire(amr_leaf_lock(id), LW_EXCLUSIVE);
-			if (prune_leaf(t, id, horizon, buf, img, &image, &pruned) && logged && image)
+			if (prune_leaf(t, id, horizon, buf, img, &image, &pruned, &count_delta) && logged && image)
 			{
 				START_CRIT_SECTION();
 				(void) amr_wal_images(t, AMR_IMAGE_RESYNC, 1, &id, &image, NULL);
@@ -803,7 +821,10 @@ prune_and_resync(XLogRecPtr horizon, ReconcileCounts *c)
 				c->resynced++;
 			}
 			LWLockRelease(amr_leaf_lock(id));
-			amr_counter_sub(&t->nentries, pruned);
+			if (count_delta < 0)
+				amr_counter_sub(&t->nentries, (uint64) -count_delta);
+			else if (count_delta > 0)
+				amr_counter_add(&t->nentries, (uint64) count_delta);
 			c->pruned += pruned;
 		}
 		LWLockRelease(amr_tree_lock(t));
