@@ -66,8 +66,13 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 
 bool		amr_auto_rebuild = AMR_AUTO_REBUILD_DEFAULT;
+
+/* the wait before the next run after a failed one: doubles, up to the max */
+#define AMR_HEAL_RETRY_MIN_S	30
+#define AMR_HEAL_RETRY_MAX_S	3600
 
 static get_relation_info_hook_type prev_get_relation_info_hook = NULL;
 
@@ -254,6 +259,8 @@ amr_heal_launch_pending(void)
 	AmrHealQueue *q = &amr_shared->heal;
 	pid_t		pid;
 	bool		all;
+	bool		waiting;
+	TimestampTz now;
 	Oid			dbid = InvalidOid;
 
 	q->tier_manager_latch = MyLatch;
@@ -265,6 +272,13 @@ amr_heal_launch_pending(void)
 		rebuild_worker = NULL;
 	}
 	if (!amr_auto_rebuild || RecoveryInProgress())
+		return;
+	/* after a failed run, wait (the requests are kept meanwhile) */
+	now = GetCurrentTimestamp();
+	SpinLockAcquire(&q->mutex);
+	waiting = now < q->retry_after;
+	SpinLockRelease(&q->mutex);
+	if (waiting)
 		return;
 
 	SpinLockAcquire(&q->mutex);
@@ -442,6 +456,8 @@ amr_rebuild_worker_main(Datum main_arg)
 	MemoryContext cxt;
 	List	   *todo;
 	ListCell   *lc;
+	bool		failed = false;
+	TimestampTz now;
 
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
@@ -463,7 +479,27 @@ amr_rebuild_worker_main(Datum main_arg)
 	foreach(lc, todo)
 	{
 		CHECK_FOR_INTERRUPTS();
-		(void) rebuild_one(lfirst_oid(lc));
+		if (!rebuild_one(lfirst_oid(lc)))
+			failed = true;
 	}
+
+	/*
+	 * A rebuild that fails (each failed REINDEX CONCURRENTLY leaves an
+	 * invalid copy behind) is not retried at every query that meets the
+	 * index: the next run waits, twice as long after each failure.
+	 */
+	now = GetCurrentTimestamp();
+	SpinLockAcquire(&amr_shared->heal.mutex);
+	if (failed)
+	{
+		int			delay_s = AMR_HEAL_RETRY_MIN_S << Min(amr_shared->heal.failures, 7);
+
+		amr_shared->heal.failures++;
+		amr_shared->heal.retry_after =
+			TimestampTzPlusMilliseconds(now, (int64) Min(delay_s, AMR_HEAL_RETRY_MAX_S) * 1000);
+	}
+	else
+		amr_shared->heal.failures = 0;
+	SpinLockRelease(&amr_shared->heal.mutex);
 	proc_exit(0);
 }

@@ -22,6 +22,7 @@
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/spin.h"
+#include "datatype/timestamp.h"
 #include "utils/geo_decls.h"
 #include "utils/relcache.h"
 
@@ -151,6 +152,8 @@ typedef struct AmrHealQueue
 	int			ndbs;
 	Oid			dbs[AMR_HEAL_MAX_DBS];	/* databases to visit, oldest first */
 	Latch	   *tier_manager_latch; /* wakes the launcher, once it runs */
+	int			failures;		/* rebuild runs in a row that failed */
+	TimestampTz retry_after;	/* no launch before, after a failure */
 } AmrHealQueue;
 
 typedef struct AmrSharedState
