@@ -229,7 +229,8 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 		return stats;
 
 	/*
-	 * Removing an entry is durable at once, without WAL.  Flush the WAL
+	 * Removing an entry is durable in the pool at once, before its WAL
+	 * record (MARK_DEAD) is flushed.  Flush the WAL
 	 * first, so that it holds the commit of every transaction whose deletes
 	 * VACUUM is about to act on (with synchronous_commit = off it may not
 	 * yet), and the heap's own pruning: a crash can then not resurrect a
