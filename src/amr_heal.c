@@ -467,6 +467,9 @@ amr_rebuild_worker_main(Datum main_arg)
 	MemoryContextSwitchTo(cxt);
 	/* ReindexRelationConcurrently keeps its lists under PortalContext */
 	PortalContext = cxt;
+	/* an unusable pool is not a lost one: nothing to rebuild into */
+	if (!amr_is_ready())
+		proc_exit(0);
 
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
