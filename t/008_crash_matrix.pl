@@ -14,7 +14,9 @@
 #  - the pool holds exactly the leaves of the existing indexes.
 #
 # AMRTREE_CRASH_ROUNDS=N adds N rounds at randomly chosen points and hit
-# counts, for soak runs.
+# counts, for soak runs.  AMRTREE_CRASH_POOL=disk puts the pool where
+# amrtree's default puts it, a file in the data directory persisted with
+# msync, instead of /dev/shm.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -26,7 +28,8 @@ use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
 use AmrTree;
 
 my $started = time;
-my $node = amr_node('matrix', conf => q{
+my $on_disk = ($ENV{AMRTREE_CRASH_POOL} // '') eq 'disk';
+my $node = amr_node('matrix', ($on_disk ? (pool => undef) : ()), conf => q{
 restart_after_crash = on
 autovacuum = off
 amrtree.scan_interval = 100ms
