@@ -49,6 +49,7 @@ static const char *const fault_points[] = {
 	"split:after_publish",
 	"split:after_switch",
 	"switch:after_logged",
+	"switch:count_written",
 	"vacuum:before_image",
 	"vacuum:after_image_persisted",
 	"vacuum:after_switch",

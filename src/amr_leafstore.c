@@ -433,6 +433,19 @@ amr_leaf_switch(Relation index, AmrTree *t, uint32 leaf_id, uint32 tier, uint32 
 							 1, &leaf_id, &img, NULL);
 		AMR_FAULT_POINT("switch:after_logged");
 	}
+	if (amr_fault_hook != NULL)
+	{
+		/*
+		 * Tests only: what amr_lt_switch persists before the word, then a
+		 * crash point between the two (the Leaf Table count of an image
+		 * that was never published; crash recovery's prune step repairs
+		 * it, see amr_reconcile.c).
+		 */
+		s->lt[leaf_id].entries = (uint16) amr_leaf_live_entries(img);
+		s->lt[leaf_id].lsn_hint = amr_leaf_lsn_hint(img, lsn);
+		amr_persist(&s->lt[leaf_id], sizeof(AmrLeafTableEntry));
+		AMR_FAULT_POINT("switch:count_written");
+	}
 	old = amr_lt_switch(s, leaf_id, tier, slot, mbr, img, lsn);
 	if (logged)
 		amr_wal_release_checkpoint();
