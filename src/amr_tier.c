@@ -607,6 +607,8 @@ amr_tier_worker_main(Datum arg)
 			HOLD_INTERRUPTS();
 			EmitErrorReport();
 			FlushErrorState();
+			/* the rebuild launcher reads pg_database in a transaction */
+			AbortOutOfAnyTransaction();
 			LWLockReleaseAll();
 			amr_tier_unlock();
 			pgstat_report_wait_end();
