@@ -283,6 +283,26 @@ take_slot(AmrTree *t, AmrSlotPurpose purpose, bool adds, uint32 *tier, uint32 *s
 }
 
 /*
+ * Write img, as the version after word's, to a new slot (take_slot): with
+ * the publish lock held shared on success, as publishing needs it; false,
+ * nothing held, when there is no slot.
+ */
+static bool
+write_next_version(AmrTree *t, AmrSlotPurpose purpose, bool adds, uint64 word,
+				   AmrLeaf *img, uint32 *tier, uint32 *slot)
+{
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	if (!take_slot(t, purpose, adds, tier, slot))
+	{
+		LWLockRelease(&amr_shared->publish_lock);
+		return false;
+	}
+	img->hdr.version = AMR_WORD_VERSION(word) + 1;
+	amr_leaf_write_image(NULL, *tier, *slot, img);
+	return true;
+}
+
+/*
  * Another live tree owns a leaf id that the record gives to t: this
  * server's pool disagrees with the primary's.  Take the id back from it
  * (its inner nodes are rebuilt at its next use).
@@ -347,14 +367,8 @@ replace_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *img)
 	AmrFBox		old_box = amr_lt_mbr(s, leaf_id, word);
 	uint64		before;
 
-	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-	if (!take_slot(t, AMR_SLOT_REPLACES, false, &tier, &slot))
-	{
-		LWLockRelease(&amr_shared->publish_lock);
+	if (!write_next_version(t, AMR_SLOT_REPLACES, false, word, img, &tier, &slot))
 		return;
-	}
-	img->hdr.version = AMR_WORD_VERSION(word) + 1;
-	amr_leaf_write_image(NULL, tier, slot, img);
 
 	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
 	widen_above(t, leaf_id, nulls, &old_box, &box);
@@ -391,14 +405,8 @@ add_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *img, bool link)
 		take_back_leaf(leaf_id);
 	word = amr_lt_word(s, leaf_id);
 
-	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-	if (!take_slot(t, AMR_SLOT_ADDS, true, &tier, &slot))
-	{
-		LWLockRelease(&amr_shared->publish_lock);
+	if (!write_next_version(t, AMR_SLOT_ADDS, true, word, img, &tier, &slot))
 		return;
-	}
-	img->hdr.version = AMR_WORD_VERSION(word) + 1;
-	amr_leaf_write_image(NULL, tier, slot, img);
 
 	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
 	(void) amr_bitmap_set(s->leaf_ids_used, leaf_id);
