@@ -3,7 +3,8 @@
 EXTENSION = amrtree
 MODULE_big = amrtree
 srcdir ?= .
-DATA = sql/amrtree--0.3.sql sql/amrtree--0.1--0.2.sql sql/amrtree--0.2--0.3.sql
+DATA = sql/amrtree--0.4.sql sql/amrtree--0.1--0.2.sql sql/amrtree--0.2--0.3.sql \
+	sql/amrtree--0.3--0.4.sql
 PGFILEDESC = "amrtree - AMR-Tree index access method"
 
 CORE_OBJS = \
@@ -28,6 +29,7 @@ OBJS = \
 	src/amr_funcs.o \
 	src/amr_heal.o \
 	src/amr_insert.o \
+	src/amr_opclass.o \
 	src/amr_leafstore.o \
 	src/amr_pool.o \
 	src/amr_pins.o \

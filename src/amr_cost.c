@@ -67,6 +67,9 @@ probe_tree(PlannerInfo *root, IndexOptInfo *index, IndexPath *path,
 		   TreeProbe *probe)
 {
 	AmrScanKey	keys[16];
+	Datum		consts[16];
+	Oid			argtypes[16];
+	int			strategies[16];
 	int			nkeys = 0;
 	ListCell   *lc;
 	Relation	irel;
@@ -87,7 +90,8 @@ probe_tree(PlannerInfo *root, IndexOptInfo *index, IndexPath *path,
 			OpExpr	   *op;
 			Node	   *arg;
 			int			strategy;
-			BOX		   *q;
+			Oid			lefttype;
+			Oid			righttype;
 
 			if (!IsA(ri->clause, OpExpr) || nkeys >= lengthof(keys))
 				return false;
@@ -98,12 +102,12 @@ probe_tree(PlannerInfo *root, IndexOptInfo *index, IndexPath *path,
 			if (!IsA(arg, Const) || ((Const *) arg)->constisnull)
 				return false;
 			strategy = get_op_opfamily_strategy(op->opno, index->opfamily[0]);
-			if (strategy < 1 || strategy > AMR_NUM_STRATEGIES)
+			if (amr_strategy_relation(strategy) == 0)
 				return false;
-			q = DatumGetBoxP(((Const *) arg)->constvalue);
-			keys[nkeys].strategy = strategy;
-			amr_box_from_pg(q, &keys[nkeys].query);
-			keys[nkeys].prune = !amr_box_has_nan(&keys[nkeys].query);
+			op_input_types(op->opno, &lefttype, &righttype);
+			consts[nkeys] = ((Const *) arg)->constvalue;
+			argtypes[nkeys] = righttype;
+			strategies[nkeys] = strategy;
 			nkeys++;
 		}
 	}
@@ -112,6 +116,15 @@ probe_tree(PlannerInfo *root, IndexOptInfo *index, IndexPath *path,
 
 	irel = relation_open(index->indexoid, NoLock);
 	t = amr_tree_open_extended(irel, true);
+	if (t != NULL)
+	{
+		int			k;
+
+		/* the query boxes, as a scan would compute them */
+		for (k = 0; k < nkeys; k++)
+			(void) amr_scankey_from_pg(irel, strategies[k], argtypes[k], consts[k],
+									   NULL, NULL, &keys[k]);
+	}
 	relation_close(irel, NoLock);
 	if (t == NULL)
 		return false;

@@ -14,6 +14,12 @@
  * entry that existed when the scan started is missed and none is returned
  * twice.
  *
+ * Ordered scans ("ORDER BY key <-> point", strategy 15) run the best-first
+ * search of core/amr_knn.h instead of the collection: it reads inner nodes
+ * under the tree lock in shared mode, one step at a time, and leaves as
+ * the queue reaches them; entries come out by distance, the NULL side
+ * last.
+ *
  * Leaf predicates reproduce PostgreSQL's box operators exactly; a query box
  * with a NaN coordinate is evaluated with the operator itself and prunes
  * nothing, and so is a key with a NaN coordinate (its bounding box is
@@ -23,16 +29,20 @@
  *-------------------------------------------------------------------------
  */
 #include "amr_leafstore.h"
+#include "core/amr_knn.h"
 
 #include "access/relscan.h"
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/predicate.h"
+#include "utils/float.h"
 #include "utils/geo_decls.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+
+typedef struct AmrKnnHit AmrKnnHit;
 
 typedef struct AmrScanOpaqueData
 {
@@ -40,10 +50,15 @@ typedef struct AmrScanOpaqueData
 	uint32		generation;		/* of the tree when the scan began */
 	MemoryContext scan_cxt;
 	MemoryContext batch_cxt;
+	MemoryContext eval_cxt;		/* operators and fetches on one leaf's keys */
 
 	int			nkeys;
 	AmrScanKey *keys;
 	ScanKey    *pgkeys;			/* parallel to keys, for NaN queries */
+	bool	   *lossy;			/* parallel to keys: bounding-box filter only */
+	FmgrInfo   *bbox_fns;		/* parallel to keys: query argument -> box */
+	bool		recheck;		/* some key is lossy: executor rechecks */
+	bool		key_exact;		/* a key determines the value (box, point) */
 	bool		want_box_side;
 	bool		want_null_side;
 	bool		no_match;
@@ -63,9 +78,30 @@ typedef struct AmrScanOpaqueData
 	bool		isnull[AMR_LEAF_CAPACITY];
 	AmrLeaf    *leaf;			/* a leaf copy (aligned) */
 	AmrReadAhead readahead;		/* SSD leaves read with one submission */
+
+	/* ordered scans */
+	bool		ordered;		/* ORDER BY key <-> point */
+	bool		order_exact;	/* distances exact (box_ops), else bounds */
+	bool		order_null_arg; /* ORDER BY key <-> NULL: every distance NULL */
+	bool		knn_box_done;	/* the box side is exhausted: NULLs next */
+	AmrPoint	order_point;
+	AmrKnnSearch knn;
+	AmrKnnHit  *hits;			/* entries fed to the search, by payload */
+	size_t		nhits;
+	size_t		hits_capacity;
+	uint32	   *knn_pins;		/* leaves pinned by an ordered scan */
+	int			nknn_pins;
+	int			knn_pins_capacity;
 } AmrScanOpaqueData;
 
 typedef AmrScanOpaqueData *AmrScanOpaque;
+
+/* An entry an ordered scan fed to the search: what to return for it. */
+struct AmrKnnHit
+{
+	ItemPointerData tid;
+	AmrBox		key;
+};
 
 static void *
 scan_realloc(void *ptr, size_t size, void *arg)
@@ -91,14 +127,38 @@ amrbeginscan(Relation r, int nkeys, int norderbys)
 	so->batch_cxt = AllocSetContextCreate(CurrentMemoryContext,
 										  "amrtree scan batch",
 										  ALLOCSET_SMALL_SIZES);
+	so->eval_cxt = AllocSetContextCreate(CurrentMemoryContext,
+										 "amrtree scan leaf",
+										 ALLOCSET_SMALL_SIZES);
 	so->keys = palloc0(sizeof(AmrScanKey) * Max(nkeys, 1));
 	so->pgkeys = palloc0(sizeof(ScanKey) * Max(nkeys, 1));
+	so->lossy = palloc0(sizeof(bool) * Max(nkeys, 1));
+	so->bbox_fns = palloc0(sizeof(FmgrInfo) * Max(nkeys, 1));
 	so->pinned_leaf = AMR_INVALID_LEAF;
 	so->leaf = amr_alloc_leaf_buffer();
 	amr_readahead_init(&so->readahead);
+	amr_knn_init(&so->knn, scan_realloc, so->scan_cxt);
+	if (norderbys > 0)
+	{
+		/* the AM provides these (genam.c leaves them unset) */
+		scan->xs_orderbyvals = palloc0(sizeof(Datum) * norderbys);
+		scan->xs_orderbynulls = palloc(sizeof(bool) * norderbys);
+		memset(scan->xs_orderbynulls, true, sizeof(bool) * norderbys);
+	}
 	scan->opaque = so;
 	scan->xs_itupdesc = RelationGetDescr(r);
 	return scan;
+}
+
+/* Release the pins an ordered scan took on the leaves it read. */
+static void
+release_knn_pins(AmrScanOpaque so)
+{
+	int			i;
+
+	for (i = 0; i < so->nknn_pins; i++)
+		amr_unpin_leaf(so->tree, so->knn_pins[i]);
+	so->nknn_pins = 0;
 }
 
 static void
@@ -131,14 +191,23 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 	so->no_match = false;
 	so->nkeys = 0;
 
+	release_knn_pins(so);
+	so->nhits = 0;
+	so->recheck = false;
+	so->key_exact = amr_opclass_keys_exact(scan->indexRelation);
+	so->ordered = false;
+	so->order_null_arg = false;
+	so->knn_box_done = false;
+
 	if (scankey && scan->numberOfKeys > 0)
 		memmove(scan->keyData, scankey, scan->numberOfKeys * sizeof(ScanKeyData));
+	if (orderbys && scan->numberOfOrderBys > 0)
+		memmove(scan->orderByData, orderbys, scan->numberOfOrderBys * sizeof(ScanKeyData));
 
 	for (i = 0; i < scan->numberOfKeys; i++)
 	{
 		ScanKey		sk = &scan->keyData[i];
 		AmrScanKey *k;
-		BOX		   *q;
 
 		if (sk->sk_flags & SK_ISNULL)
 		{
@@ -150,15 +219,39 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 				so->no_match = true;	/* the operators are strict */
 			continue;
 		}
-		if (sk->sk_strategy < 1 || sk->sk_strategy > AMR_NUM_STRATEGIES)
-			elog(ERROR, "unrecognized strategy number %d for amrtree", sk->sk_strategy);
-		q = DatumGetBoxP(sk->sk_argument);
 		k = &so->keys[so->nkeys];
-		k->strategy = sk->sk_strategy;
-		amr_box_from_pg(q, &k->query);
-		k->prune = !amr_box_has_nan(&k->query);
+		so->lossy[so->nkeys] = amr_scankey_from_pg(scan->indexRelation, sk->sk_strategy,
+												   sk->sk_subtype, sk->sk_argument,
+												   &so->bbox_fns[so->nkeys],
+												   so->scan_cxt, k);
+		so->recheck |= so->lossy[so->nkeys] && !so->key_exact;
 		so->pgkeys[so->nkeys] = sk;
 		so->nkeys++;
+	}
+
+	/*
+	 * Ordering: by the first ORDER BY; any further one is reported as a
+	 * lower bound (-Infinity) with recheck, so that the executor sorts
+	 * ties of the first by the exact values of the others.
+	 */
+	if (scan->numberOfOrderBys > 0)
+	{
+		ScanKey		ok = &scan->orderByData[0];
+
+		if (ok->sk_strategy != AMR_STRAT_DISTANCE)
+			elog(ERROR, "unrecognized ordering strategy number %d for amrtree",
+				 ok->sk_strategy);
+		if (ok->sk_flags & SK_ISNULL)
+			so->order_null_arg = true;
+		else
+		{
+			Point	   *p = DatumGetPointP(ok->sk_argument);
+
+			so->ordered = true;
+			so->order_point.x = p->x;
+			so->order_point.y = p->y;
+			so->order_exact = so->key_exact && scan->numberOfOrderBys == 1;
+		}
 	}
 
 	/* NULL keys live in a tree of their own: visit only what can match */
@@ -227,6 +320,15 @@ start_scan(IndexScanDesc scan)
 		check_tree_unchanged(scan);
 	}
 	so->start_nsn = amr_sync_read(&t->nsn);
+	if (so->ordered)
+	{
+		/* the box side is searched by distance; the NULL side comes last */
+		LWLockRelease(amr_tree_lock(t));
+		if (so->predicate_locks)
+			PredicateLockRelation(scan->indexRelation, scan->xs_snapshot);
+		amr_knn_begin(&so->knn, &amr_store, t, &so->order_point);
+		return;
+	}
 	if (so->want_box_side)
 		amr_collect_leaves(&amr_store, t, false, so->keys, so->nkeys, &so->cand,
 						   so->predicate_locks ? lock_node_for_read : NULL, scan,
@@ -239,15 +341,35 @@ start_scan(IndexScanDesc scan)
 }
 
 static bool
-entry_matches(AmrScanOpaque so, const AmrLeafEntry *e)
+entry_matches(IndexScanDesc scan, const AmrLeafEntry *e)
 {
+	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
+	Datum		value = (Datum) 0;
 	/* a key with NaN coordinates: exactly as the operator decides */
 	bool		use_operator = (e->flags & AMR_ENTRY_FLAG_NAN) != 0;
 	int			k;
 
 	for (k = 0; k < so->nkeys; k++)
 	{
-		if (so->keys[k].prune && !use_operator)
+		if (so->lossy[k])
+		{
+			/* the box relation is only a filter for this operator */
+			if (so->keys[k].prune && !use_operator &&
+				!amr_leaf_match(so->keys[k].strategy, &e->key, &so->keys[k].query))
+				return false;
+			/* the key determines the value: decide exactly, else recheck */
+			if (so->key_exact)
+			{
+				ScanKey		sk = so->pgkeys[k];
+
+				if (value == (Datum) 0)
+					value = amr_key_value(scan->indexRelation, &e->key);
+				if (!DatumGetBool(FunctionCall2Coll(&sk->sk_func, sk->sk_collation,
+													value, sk->sk_argument)))
+					return false;
+			}
+		}
+		else if (so->keys[k].prune && !use_operator)
 		{
 			if (!amr_leaf_match(so->keys[k].strategy, &e->key, &so->keys[k].query))
 				return false;
@@ -278,6 +400,7 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 	AmrTree    *t = so->tree;
 	const AmrLeaf *img;
 	uint32		follow;
+	MemoryContext old_cxt;
 	int			n;
 	int			i;
 
@@ -306,6 +429,8 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 		amr_leaf_list_push(&so->cand, follow, scan_realloc, so->scan_cxt);
 
 	n = (int) img->hdr.nentries;
+	MemoryContextReset(so->eval_cxt);
+	old_cxt = MemoryContextSwitchTo(so->eval_cxt);
 	for (i = 0; i < n; i++)
 	{
 		const AmrLeafEntry *en = &img->entries[i];
@@ -313,13 +438,14 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 
 		if (en->flags & AMR_ENTRY_FLAG_DEAD)
 			continue;
-		if (isnull ? !so->want_null_side : !entry_matches(so, en))
+		if (isnull ? !so->want_null_side : !entry_matches(scan, en))
 			continue;
 		memcpy(&so->tids[so->nitems], &en->tid_blk_hi, sizeof(ItemPointerData));
 		so->boxes[so->nitems] = en->key;
 		so->isnull[so->nitems] = isnull;
 		so->nitems++;
 	}
+	MemoryContextSwitchTo(old_cxt);
 }
 
 static bool
@@ -341,6 +467,198 @@ next_batch(IndexScanDesc scan)
 	}
 }
 
+/* The index tuple of an index-only scan: the stored box (box_ops only). */
+static void
+set_index_tuple(IndexScanDesc scan, const AmrBox *key, bool isnull)
+{
+	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
+	MemoryContext old = MemoryContextSwitchTo(so->batch_cxt);
+	Datum		value = (Datum) 0;
+
+	if (!isnull)
+		value = amr_key_value(scan->indexRelation, key);
+	scan->xs_itup = index_form_tuple(scan->xs_itupdesc, &value, &isnull);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Rows whose distance is NULL: a NULL key, or ORDER BY ... <-> NULL.  They
+ * follow every row with a distance, as NULLS LAST puts them.
+ */
+static void
+set_null_distances(IndexScanDesc scan)
+{
+	int			i;
+
+	for (i = 0; i < scan->numberOfOrderBys; i++)
+	{
+		scan->xs_orderbyvals[i] = (Datum) 0;
+		scan->xs_orderbynulls[i] = true;
+	}
+	scan->xs_recheckorderby = false;
+}
+
+/* After the box side of an ordered scan: collect the NULL side's leaves. */
+static void
+collect_null_side(IndexScanDesc scan)
+{
+	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
+	AmrTree    *t = so->tree;
+
+	release_batch(so);
+	so->cand.n = 0;
+	so->cand_pos = 0;
+	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
+	if (t->generation != so->generation)
+	{
+		LWLockRelease(amr_tree_lock(t));
+		check_tree_unchanged(scan);
+	}
+	so->start_nsn = amr_sync_read(&t->nsn);
+	amr_collect_leaves(&amr_store, t, true, NULL, 0, &so->cand, NULL, NULL,
+					   scan_realloc, so->scan_cxt);
+	LWLockRelease(amr_tree_lock(t));
+}
+
+/*
+ * Read a leaf the search reached and feed its matching entries: the exact
+ * distance (box_ops: the ordering operator itself, so the order is the one
+ * the executor would compute) or a lower bound from the bounding box, which
+ * the executor rechecks and reorders by.
+ */
+static void
+knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
+{
+	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
+	AmrTree    *t = so->tree;
+	ScanKey		ok = &scan->orderByData[0];
+	const AmrLeaf *img;
+	uint32		follow;
+	MemoryContext old_cxt;
+	int			i;
+
+	if (so->need_pins)
+	{
+		if (so->nknn_pins == so->knn_pins_capacity)
+		{
+			so->knn_pins_capacity = Max(16, so->knn_pins_capacity * 2);
+			so->knn_pins = so->knn_pins == NULL ?
+				MemoryContextAlloc(so->scan_cxt, sizeof(uint32) * so->knn_pins_capacity) :
+				repalloc(so->knn_pins, sizeof(uint32) * so->knn_pins_capacity);
+		}
+		amr_pin_leaf(t, r->leaf_id);
+		so->knn_pins[so->nknn_pins++] = r->leaf_id;
+	}
+	img = amr_leaf_read_for_scan(scan->indexRelation, t, so->generation, r->leaf_id,
+								 r->split_stamp, &so->readahead, so->leaf, &follow);
+	if (img == NULL || img->hdr.tree_generation != so->generation)
+	{
+		check_tree_unchanged(scan);
+		return;
+	}
+	if (follow != AMR_INVALID_LEAF)
+		amr_knn_add_leaf(&so->knn, follow, r->distance, r->split_stamp);
+
+	MemoryContextReset(so->eval_cxt);
+	old_cxt = MemoryContextSwitchTo(so->eval_cxt);
+	for (i = 0; i < (int) img->hdr.nentries; i++)
+	{
+		const AmrLeafEntry *en = &img->entries[i];
+		AmrKnnHit  *hit;
+		double		distance;
+		uint64		seq;
+
+		if (en->flags & (AMR_ENTRY_FLAG_DEAD | AMR_ENTRY_FLAG_NULL))
+			continue;
+		if (!entry_matches(scan, en))
+			continue;
+		if (so->nhits == so->hits_capacity)
+		{
+			so->hits_capacity = Max(256, so->hits_capacity * 2);
+			so->hits = scan_realloc(so->hits, sizeof(AmrKnnHit) * so->hits_capacity,
+									so->scan_cxt);
+		}
+		hit = &so->hits[so->nhits];
+		memcpy(&hit->tid, &en->tid_blk_hi, sizeof(ItemPointerData));
+		hit->key = en->key;
+		if (so->order_exact)
+			distance = DatumGetFloat8(FunctionCall2Coll(&ok->sk_func, ok->sk_collation,
+														amr_key_value(scan->indexRelation,
+																	  &en->key),
+														ok->sk_argument));
+		else
+		{
+			AmrFBox		fb = amr_fbox_from_box(&en->key);
+
+			distance = amr_fbox_point_lower_bound(&fb, &so->order_point);
+		}
+		/* the heap TID identifies the entry: the tie order of the search */
+		seq = ((uint64) ItemPointerGetBlockNumberNoCheck(&hit->tid) << 16) |
+			ItemPointerGetOffsetNumberNoCheck(&hit->tid);
+		amr_knn_add_entry(&so->knn, distance, seq, so->nhits, !so->order_exact);
+		so->nhits++;
+	}
+	MemoryContextSwitchTo(old_cxt);
+}
+
+/* The next row of an ordered scan's box side; false when there is none. */
+static bool
+knn_next(IndexScanDesc scan)
+{
+	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
+	AmrTree    *t = so->tree;
+
+	for (;;)
+	{
+		AmrKnnResult r;
+		AmrKnnStep	step;
+		bool		locked = amr_knn_next_reads_tree(&so->knn);
+
+		CHECK_FOR_INTERRUPTS();
+		if (locked)
+		{
+			LWLockAcquire(amr_tree_lock(t), LW_SHARED);
+			if (t->generation != so->generation)
+			{
+				LWLockRelease(amr_tree_lock(t));
+				check_tree_unchanged(scan);
+			}
+		}
+		step = amr_knn_next(&so->knn, &r);
+		if (locked)
+			LWLockRelease(amr_tree_lock(t));
+
+		if (step == AMR_KNN_DONE)
+			return false;
+		if (step == AMR_KNN_LEAF)
+		{
+			knn_read_leaf(scan, &r);
+			continue;
+		}
+		{
+			const AmrKnnHit *hit = &so->hits[r.payload];
+			int			i;
+
+			scan->xs_heaptid = hit->tid;
+			scan->xs_recheck = so->recheck;
+			scan->xs_orderbyvals[0] = Float8GetDatum(r.distance);
+			scan->xs_orderbynulls[0] = false;
+			for (i = 1; i < scan->numberOfOrderBys; i++)
+			{
+				scan->xs_orderbyvals[i] = Float8GetDatum(-get_float8_infinity());
+				scan->xs_orderbynulls[i] = false;
+			}
+			scan->xs_recheckorderby = !so->order_exact;
+			if (scan->xs_want_itup)
+			{
+				MemoryContextReset(so->batch_cxt);
+				set_index_tuple(scan, &hit->key, false);
+			}
+			return true;
+		}
+	}
+}
+
 bool
 amrgettuple(IndexScanDesc scan, ScanDirection dir)
 {
@@ -351,6 +669,17 @@ amrgettuple(IndexScanDesc scan, ScanDirection dir)
 	if (!so->started)
 		start_scan(scan);
 
+	if (so->ordered && !so->knn_box_done)
+	{
+		if (knn_next(scan))
+			return true;
+		/* the box side is exhausted: the NULL side follows, if wanted */
+		so->knn_box_done = true;
+		if (!so->want_null_side)
+			return false;
+		collect_null_side(scan);
+	}
+
 	for (;;)
 	{
 		if (so->item_pos < so->nitems)
@@ -358,18 +687,11 @@ amrgettuple(IndexScanDesc scan, ScanDirection dir)
 			int			i = so->item_pos++;
 
 			scan->xs_heaptid = so->tids[i];
-			scan->xs_recheck = false;
+			scan->xs_recheck = so->recheck && !so->isnull[i];
+			if (scan->numberOfOrderBys > 0)
+				set_null_distances(scan);
 			if (scan->xs_want_itup)
-			{
-				MemoryContext old = MemoryContextSwitchTo(so->batch_cxt);
-				Datum		value = (Datum) 0;
-				bool		isnull = so->isnull[i];
-
-				if (!isnull)
-					value = BoxPGetDatum(amr_box_to_pg(&so->boxes[i]));
-				scan->xs_itup = index_form_tuple(scan->xs_itupdesc, &value, &isnull);
-				MemoryContextSwitchTo(old);
-			}
+				set_index_tuple(scan, &so->boxes[i], so->isnull[i]);
 			return true;
 		}
 		if (!next_batch(scan))
@@ -400,5 +722,7 @@ amrendscan(IndexScanDesc scan)
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
 
 	release_batch(so);
+	release_knn_pins(so);
 	MemoryContextDelete(so->batch_cxt);
+	MemoryContextDelete(so->eval_cxt);
 }

@@ -20,10 +20,32 @@
 #include "utils/syscache.h"
 
 /*
- * Search operators take strategies 1-12 and return bool.  Support function 1
- * (optional, for lossy opclasses of other types) maps the indexed type to a
- * box.  Strategy 15 is reserved for the distance operator of KNN search.
+ * Search operators take strategies 1-12 (the box relations) or GiST's
+ * point_ops numbers 28-30, 48 and 68, and return bool.  Support function 1
+ * maps a type to its bounding box (T -> box, registered for (T, T)): the
+ * indexed type unless it is box, and every right-hand type of a search
+ * operator other than box and the indexed type.  The ordering operator, if
+ * any, is strategy 15: "indexed <-> point", returning float8, ordered by a
+ * btree family (float_ops).
  */
+
+/* Whether the family has support function 1 for type typid. */
+static bool
+family_has_bbox(CatCList *proclist, Oid typid)
+{
+	int			i;
+
+	for (i = 0; i < proclist->n_members; i++)
+	{
+		Form_pg_amproc procform = (Form_pg_amproc) GETSTRUCT(&proclist->members[i]->tuple);
+
+		if (procform->amprocnum == AMR_BBOX_PROC &&
+			procform->amproclefttype == typid && procform->amprocrighttype == typid)
+			return true;
+	}
+	return false;
+}
+
 bool
 amrvalidate(Oid opclassoid)
 {
@@ -64,7 +86,24 @@ amrvalidate(Oid opclassoid)
 		Form_pg_amproc procform = (Form_pg_amproc) GETSTRUCT(proctup);
 		bool		ok;
 
-		if (procform->amprocnum != 1)
+		if (procform->amprocnum == AMR_FETCH_PROC)
+		{
+			if (procform->amproclefttype != opcintype ||
+				procform->amprocrighttype != opcintype ||
+				!check_amproc_signature(procform->amproc, opcintype, true, 1, 1,
+										BOXOID))
+			{
+				ereport(INFO,
+						(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+						 errmsg("operator family \"%s\" of access method %s contains function %s with wrong signature for support number %d",
+								opfamilyname, "amrtree",
+								format_procedure(procform->amproc),
+								procform->amprocnum)));
+				result = false;
+			}
+			continue;
+		}
+		if (procform->amprocnum != AMR_BBOX_PROC)
 		{
 			ereport(INFO,
 					(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
@@ -75,8 +114,9 @@ amrvalidate(Oid opclassoid)
 			result = false;
 			continue;
 		}
-		ok = check_amproc_signature(procform->amproc, BOXOID, true, 1, 1,
-									procform->amproclefttype);
+		ok = procform->amproclefttype == procform->amprocrighttype &&
+			check_amproc_signature(procform->amproc, BOXOID, true, 1, 1,
+								   procform->amproclefttype);
 		if (!ok)
 		{
 			ereport(INFO,
@@ -96,7 +136,7 @@ amrvalidate(Oid opclassoid)
 
 		if (oprform->amoppurpose == AMOP_SEARCH)
 		{
-			if (oprform->amopstrategy < 1 || oprform->amopstrategy > AMR_NUM_STRATEGIES)
+			if (amr_strategy_relation(oprform->amopstrategy) == 0)
 			{
 				ereport(INFO,
 						(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
@@ -110,8 +150,7 @@ amrvalidate(Oid opclassoid)
 			if (OidIsValid(oprform->amopsortfamily) ||
 				!check_amop_signature(oprform->amopopr, BOOLOID,
 									  oprform->amoplefttype,
-									  oprform->amoprighttype) ||
-				oprform->amoprighttype != BOXOID)
+									  oprform->amoprighttype))
 			{
 				ereport(INFO,
 						(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
@@ -120,22 +159,42 @@ amrvalidate(Oid opclassoid)
 								format_operator(oprform->amopopr))));
 				result = false;
 			}
+			else if (oprform->amoprighttype != BOXOID &&
+					 !family_has_bbox(proclist, oprform->amoprighttype))
+			{
+				ereport(INFO,
+						(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+						 errmsg("operator family \"%s\" of access method %s contains operator %s, but no support function 1 for type %s",
+								opfamilyname, "amrtree",
+								format_operator(oprform->amopopr),
+								format_type_be(oprform->amoprighttype))));
+				result = false;
+			}
 			if (oprform->amopstrategy == AMR_STRAT_OVERLAP)
 				have_overlap = true;
 		}
 		else
 		{
-			/* ordering operators arrive with KNN support */
-			ereport(INFO,
-					(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
-					 errmsg("operator family \"%s\" of access method %s contains ordering operator %s, which amrtree does not support yet",
-							opfamilyname, "amrtree",
-							format_operator(oprform->amopopr))));
-			result = false;
+			if (oprform->amopstrategy != AMR_STRAT_DISTANCE ||
+				!OidIsValid(oprform->amopsortfamily) ||
+				oprform->amoprighttype != POINTOID ||
+				!check_amop_signature(oprform->amopopr, FLOAT8OID,
+									  oprform->amoplefttype,
+									  oprform->amoprighttype))
+			{
+				ereport(INFO,
+						(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+						 errmsg("operator family \"%s\" of access method %s contains ordering operator %s with wrong strategy number or signature",
+								opfamilyname, "amrtree",
+								format_operator(oprform->amopopr)),
+						 errdetail("amrtree orders only by strategy %d, \"indexed <-> point\" returning double precision.",
+								   AMR_STRAT_DISTANCE)));
+				result = false;
+			}
 		}
 	}
 
-	if (!have_overlap)
+	if (opcintype == BOXOID && !have_overlap)
 	{
 		ereport(INFO,
 				(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
@@ -145,7 +204,7 @@ amrvalidate(Oid opclassoid)
 	}
 
 	/* the indexed type must be box, unless support function 1 maps it */
-	if (opcintype != BOXOID && proclist->n_members == 0)
+	if (opcintype != BOXOID && !family_has_bbox(proclist, opcintype))
 	{
 		ereport(INFO,
 				(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),

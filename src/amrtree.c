@@ -359,10 +359,10 @@ amrtree_handler(PG_FUNCTION_ARGS)
 
 	/* like GiST: strategies are not a fixed set, amvalidate checks them */
 	amroutine->amstrategies = 0;
-	amroutine->amsupport = 1;
+	amroutine->amsupport = 2;
 	amroutine->amoptsprocnum = 0;
 	amroutine->amcanorder = false;
-	amroutine->amcanorderbyop = false;
+	amroutine->amcanorderbyop = true;
 	amroutine->amcanbackward = false;
 	amroutine->amcanunique = false;
 	amroutine->amcanmulticol = false;
@@ -520,15 +520,10 @@ amr_build_leaf_fill(Relation index)
 bool
 amrcanreturn(Relation index, int attno)
 {
-	/* leaves store the exact box */
-	return true;
+	/* leaves store the exact box, or only a bounding box of the value */
+	return amr_opclass_keys_exact(index);
 }
 
-void
-amr_box_from_datum(Relation index, Datum d, AmrBox *out)
-{
-	amr_box_from_pg(DatumGetBoxP(d), out);
-}
 
 /*
  * The end of the WAL inserted so far.  GetXLogInsertRecPtr() names where

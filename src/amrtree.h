@@ -487,13 +487,54 @@ extern void amrcostestimate(PlannerInfo *root, IndexPath *path,
 extern bool amrvalidate(Oid opclassoid);
 extern bytea *amroptions(Datum reloptions, bool validate);
 
-/* ---- keys ---- */
+/* ---- keys and operator classes (amr_opclass.c) ---- */
+
+/* Support function 1: the bounding box of a value (T -> box). */
+#define AMR_BBOX_PROC				1
+/* Support function 2 (optional): the value a key box represents (box -> T). */
+#define AMR_FETCH_PROC				2
+
+/* GiST's strategy numbers beyond the twelve box relations (point_ops) */
+#define AMR_STRAT_POINT_IN_BOX		28	/* point <@ box */
+#define AMR_STRAT_OLD_BELOW			29	/* point <^ point */
+#define AMR_STRAT_OLD_ABOVE			30	/* point >^ point */
+#define AMR_STRAT_POINT_IN_POLYGON	48	/* point <@ polygon */
+#define AMR_STRAT_POINT_IN_CIRCLE	68	/* point <@ circle */
+
+/* The box relation (1-12) a search strategy filters by; 0 if none. */
+extern int	amr_strategy_relation(int strategy);
+
+/* Whether keys are the indexed values themselves (box_ops), not bounding boxes. */
+extern bool amr_opclass_exact(Relation index);
+
+/* Whether a key determines the indexed value: box_ops, or support function 2. */
+extern bool amr_opclass_keys_exact(Relation index);
+
+/* The indexed value a key stands for (only where amr_opclass_keys_exact). */
+extern Datum amr_key_value(Relation index, const AmrBox *key);
 
 /*
- * Turn a box datum into a leaf key.  Every box is accepted, as GiST accepts
- * it: infinite coordinates, and NaN ones (see amr_fbox_from_box).
+ * Turn an indexed value into a leaf key: the box itself, or its bounding
+ * box from support function 1.  Every box is accepted, as GiST accepts it:
+ * infinite coordinates, and NaN ones (see amr_fbox_from_box).
  */
 extern void amr_box_from_datum(Relation index, Datum d, AmrBox *out);
+
+/*
+ * The box of a query argument of type argtype: a box, an indexed value, or
+ * a value that support function 1 of its own type in the operator family
+ * maps (cache, if not NULL, keeps that function in cxt across calls).
+ */
+extern void amr_query_box(Relation index, Oid argtype, Datum arg,
+						  FmgrInfo *cache, MemoryContext cxt, AmrBox *out);
+
+/*
+ * Fill a core scan key for "indexed <strategy> arg"; returns whether the
+ * filter is lossy (the executor must recheck the operator).
+ */
+extern bool amr_scankey_from_pg(Relation index, int strategy, Oid argtype,
+								Datum arg, FmgrInfo *cache, MemoryContext cxt,
+								AmrScanKey *k);
 
 /* Store a core key into a PostgreSQL box. */
 static inline void

@@ -41,6 +41,43 @@
 #define AMR_STRAT_DISTANCE		15	/* <-> (reserved for KNN) */
 #define AMR_NUM_STRATEGIES		12
 
+/*
+ * Relaxed forms of the strategies whose box predicate is not implied by
+ * every type's operator (internal numbers, never in a catalog).  For a
+ * lossy operator class the key is only a bounding box and the operator is
+ * rechecked on the heap tuple, so the index must keep every row for which
+ * the operator *may* hold: its filter has to be a necessary condition of
+ * the operator whatever that operator's comparison style is -- exact (the
+ * polygon operators compare bounding boxes with <, PostGIS compares float4
+ * boxes) or fuzzy (points and circles use EPSILON).  box_left's
+ * "a + EPSILON < b" is stricter than an exact "a < b", so LEFT, RIGHT,
+ * BELOW and ABOVE become "<= b + EPSILON"; circle ~= compares centre and
+ * radius with EPSILON each, so its boxes may differ by twice that.  The
+ * other strategies are already necessary conditions in their fuzzy form.
+ */
+#define AMR_STRAT_RELAXED_OFFSET	100
+#define AMR_STRAT_LEFT_RELAXED		(AMR_STRAT_RELAXED_OFFSET + AMR_STRAT_LEFT)
+#define AMR_STRAT_RIGHT_RELAXED		(AMR_STRAT_RELAXED_OFFSET + AMR_STRAT_RIGHT)
+#define AMR_STRAT_SAME_RELAXED		(AMR_STRAT_RELAXED_OFFSET + AMR_STRAT_SAME)
+#define AMR_STRAT_BELOW_RELAXED		(AMR_STRAT_RELAXED_OFFSET + AMR_STRAT_BELOW)
+#define AMR_STRAT_ABOVE_RELAXED		(AMR_STRAT_RELAXED_OFFSET + AMR_STRAT_ABOVE)
+
+/* The strategy a lossy operator class filters with (see above). */
+static inline int
+amr_relaxed_strategy(int strategy)
+{
+	switch (strategy)
+	{
+		case AMR_STRAT_LEFT:
+		case AMR_STRAT_RIGHT:
+		case AMR_STRAT_SAME:
+		case AMR_STRAT_BELOW:
+		case AMR_STRAT_ABOVE:
+			return strategy + AMR_STRAT_RELAXED_OFFSET;
+	}
+	return strategy;
+}
+
 /* An exact key: float8, as stored in leaves. */
 typedef struct AmrBox
 {
@@ -138,6 +175,19 @@ amr_leaf_match(int strategy, const AmrBox *k, const AmrBox *q)
 			return amr_fp_gt(k->ylo, q->yhi);
 		case AMR_STRAT_OVERABOVE:
 			return amr_fp_ge(k->ylo, q->ylo);
+		case AMR_STRAT_LEFT_RELAXED:
+			return amr_fp_le(k->xhi, q->xlo);
+		case AMR_STRAT_RIGHT_RELAXED:
+			return amr_fp_ge(k->xlo, q->xhi);
+		case AMR_STRAT_BELOW_RELAXED:
+			return amr_fp_le(k->yhi, q->ylo);
+		case AMR_STRAT_ABOVE_RELAXED:
+			return amr_fp_ge(k->ylo, q->yhi);
+		case AMR_STRAT_SAME_RELAXED:
+			return fabs(k->xhi - q->xhi) <= 2 * AMR_EPSILON &&
+				fabs(k->xlo - q->xlo) <= 2 * AMR_EPSILON &&
+				fabs(k->yhi - q->yhi) <= 2 * AMR_EPSILON &&
+				fabs(k->ylo - q->ylo) <= 2 * AMR_EPSILON;
 	}
 	return false;
 }
@@ -176,6 +226,17 @@ amr_inner_match(int strategy, const AmrFBox *m, const AmrBox *q)
 			return amr_fp_gt(m->yhi, q->yhi);
 		case AMR_STRAT_OVERABOVE:
 			return amr_fp_ge(m->yhi, q->ylo);
+		case AMR_STRAT_LEFT_RELAXED:
+			return amr_fp_le(m->xlo, q->xlo);
+		case AMR_STRAT_RIGHT_RELAXED:
+			return amr_fp_ge(m->xhi, q->xhi);
+		case AMR_STRAT_BELOW_RELAXED:
+			return amr_fp_le(m->ylo, q->ylo);
+		case AMR_STRAT_ABOVE_RELAXED:
+			return amr_fp_ge(m->yhi, q->yhi);
+		case AMR_STRAT_SAME_RELAXED:
+			return m->xhi + 2 * AMR_EPSILON >= q->xhi && m->xlo <= q->xlo + 2 * AMR_EPSILON &&
+				m->yhi + 2 * AMR_EPSILON >= q->yhi && m->ylo <= q->ylo + 2 * AMR_EPSILON;
 	}
 	/* unknown strategy: never prune */
 	return true;

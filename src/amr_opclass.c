@@ -1,0 +1,234 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_opclass.c
+ *		The operator-class layer: what the tree core's boxes mean for each
+ *		indexed type.
+ *
+ * The tree core knows one kind of key, a float8 box, and twelve box
+ * relations.  An operator class connects a type to it:
+ *
+ *	- box_ops indexes box itself.  Keys are exact: leaves evaluate box_ops'
+ *	  operators exactly (amr_leaf_match reproduces geo_ops.c), index-only
+ *	  scans return the stored box, and ORDER BY box <-> point distances are
+ *	  exact.
+ *	- A type whose value a box represents exactly (point) names support
+ *	  function 1, "the box of a value" (T -> box), and support function 2,
+ *	  "the value of a box" (box -> T, GiST's fetch).  The index filters
+ *	  with a relaxed box relation (below) and then evaluates the operator
+ *	  itself on the value, so results are exact: no recheck, index-only
+ *	  scans return the value, and KNN distances are the operator's own.
+ *	- Any other type names support function 1 only, "the bounding box of a
+ *	  value" (T -> box), as GiST's compress does.  Keys are then bounding
+ *	  boxes: the index filters with a relaxed box relation that every value
+ *	  satisfying the operator also satisfies (amr_relaxed_strategy), and the
+ *	  executor rechecks the operator on the heap tuple (xs_recheck); a KNN
+ *	  distance is a lower bound, and the executor reorders by the exact one
+ *	  (xs_recheckorderby).  A query argument of another type than box and
+ *	  the indexed type (point <@ polygon) is mapped by support function 1
+ *	  registered in the operator family for that type.
+ *
+ * Strategy numbers are GiST's: 1-12 the box relations, 15 the distance
+ * ordering, and point_ops' 28/48/68 ("<@ box / polygon / circle", filtered
+ * as contained-by of the bounding box) and 29/30 (the old names <^ and >^
+ * of below and above).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amrtree.h"
+
+#include "access/genam.h"
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/float.h"
+#include "utils/fmgrprotos.h"
+#include "utils/geo_decls.h"
+#include "utils/lsyscache.h"
+#include "utils/regproc.h"
+#include "utils/rel.h"
+
+int
+amr_strategy_relation(int strategy)
+{
+	if (strategy >= 1 && strategy <= AMR_NUM_STRATEGIES)
+		return strategy;
+	switch (strategy)
+	{
+		case AMR_STRAT_POINT_IN_BOX:
+		case AMR_STRAT_POINT_IN_POLYGON:
+		case AMR_STRAT_POINT_IN_CIRCLE:
+			return AMR_STRAT_CONTAINED_BY;
+		case AMR_STRAT_OLD_BELOW:
+			return AMR_STRAT_BELOW;
+		case AMR_STRAT_OLD_ABOVE:
+			return AMR_STRAT_ABOVE;
+	}
+	return 0;
+}
+
+bool
+amr_opclass_exact(Relation index)
+{
+	return index->rd_opcintype[0] == BOXOID;
+}
+
+bool
+amr_opclass_keys_exact(Relation index)
+{
+	return amr_opclass_exact(index) ||
+		OidIsValid(index_getprocid(index, 1, AMR_FETCH_PROC));
+}
+
+Datum
+amr_key_value(Relation index, const AmrBox *key)
+{
+	BOX		   *b = amr_box_to_pg(key);
+
+	if (amr_opclass_exact(index))
+		return BoxPGetDatum(b);
+	return FunctionCall1Coll(index_getprocinfo(index, 1, AMR_FETCH_PROC),
+							 index->rd_indcollation[0], BoxPGetDatum(b));
+}
+
+/* Call a bounding-box support function and take its box. */
+static void
+call_bbox_fn(FmgrInfo *fn, Oid collation, Datum value, AmrBox *out)
+{
+	LOCAL_FCINFO(fcinfo, 1);
+	Datum		result;
+
+	InitFunctionCallInfoData(*fcinfo, fn, 1, collation, NULL, NULL);
+	fcinfo->args[0].value = value;
+	fcinfo->args[0].isnull = false;
+	result = FunctionCallInvoke(fcinfo);
+	if (fcinfo->isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("bounding-box function %s of an amrtree operator class returned NULL",
+						format_procedure(fn->fn_oid)),
+				 errhint("Support function 1 must return a box for every non-NULL value; a box with NaN coordinates stands for a value without extent.")));
+	amr_box_from_pg(DatumGetBoxP(result), out);
+}
+
+void
+amr_box_from_datum(Relation index, Datum d, AmrBox *out)
+{
+	if (amr_opclass_exact(index))
+		amr_box_from_pg(DatumGetBoxP(d), out);
+	else
+		call_bbox_fn(index_getprocinfo(index, 1, AMR_BBOX_PROC),
+					 index->rd_indcollation[0], d, out);
+}
+
+void
+amr_query_box(Relation index, Oid argtype, Datum arg, FmgrInfo *cache,
+			  MemoryContext cxt, AmrBox *out)
+{
+	Oid			proc;
+
+	if (argtype == BOXOID || !OidIsValid(argtype))
+	{
+		amr_box_from_pg(DatumGetBoxP(arg), out);
+		return;
+	}
+	if (argtype == index->rd_opcintype[0])
+	{
+		amr_box_from_datum(index, arg, out);
+		return;
+	}
+	if (cache == NULL || cache->fn_oid == InvalidOid)
+	{
+		proc = get_opfamily_proc(index->rd_opfamily[0], argtype, argtype, AMR_BBOX_PROC);
+		if (!OidIsValid(proc))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_FUNCTION),
+					 errmsg("operator family of amrtree index \"%s\" has no bounding-box function for type %s",
+							RelationGetRelationName(index), format_type_be(argtype)),
+					 errhint("Add support function 1 for %s to the operator family.",
+							 format_type_be(argtype))));
+		if (cache == NULL)
+		{
+			FmgrInfo	fn;
+
+			fmgr_info(proc, &fn);
+			call_bbox_fn(&fn, InvalidOid, arg, out);
+			return;
+		}
+		fmgr_info_cxt(proc, cache, cxt);
+	}
+	call_bbox_fn(cache, InvalidOid, arg, out);
+}
+
+bool
+amr_scankey_from_pg(Relation index, int strategy, Oid argtype, Datum arg,
+					FmgrInfo *cache, MemoryContext cxt, AmrScanKey *k)
+{
+	int			relation = amr_strategy_relation(strategy);
+	bool		lossy;
+
+	if (relation == 0)
+		elog(ERROR, "unrecognized strategy number %d for amrtree", strategy);
+	lossy = !amr_opclass_exact(index) ||
+		(argtype != BOXOID && OidIsValid(argtype));
+	amr_query_box(index, argtype, arg, cache, cxt, &k->query);
+	k->strategy = lossy ? amr_relaxed_strategy(relation) : relation;
+	k->prune = !amr_box_has_nan(&k->query);
+	return lossy;
+}
+
+/* ---- bounding boxes of the built-in geometric types (support function 1) ---- */
+
+PG_FUNCTION_INFO_V1(amrtree_point_bbox);
+PG_FUNCTION_INFO_V1(amrtree_point_fetch);
+PG_FUNCTION_INFO_V1(amrtree_poly_bbox);
+PG_FUNCTION_INFO_V1(amrtree_circle_bbox);
+
+/* A point's box: the point itself, degenerate. */
+Datum
+amrtree_point_bbox(PG_FUNCTION_ARGS)
+{
+	Point	   *p = PG_GETARG_POINT_P(0);
+	BOX		   *b = (BOX *) palloc(sizeof(BOX));
+
+	b->low = *p;
+	b->high = *p;
+	PG_RETURN_BOX_P(b);
+}
+
+/* The point a point's box stands for (support function 2, "fetch"). */
+Datum
+amrtree_point_fetch(PG_FUNCTION_ARGS)
+{
+	BOX		   *b = PG_GETARG_BOX_P(0);
+	Point	   *p = (Point *) palloc(sizeof(Point));
+
+	*p = b->low;
+	PG_RETURN_POINT_P(p);
+}
+
+/* A polygon's box: the bounding box PostgreSQL keeps inside the value. */
+Datum
+amrtree_poly_bbox(PG_FUNCTION_ARGS)
+{
+	POLYGON    *poly = PG_GETARG_POLYGON_P(0);
+	BOX		   *b = (BOX *) palloc(sizeof(BOX));
+
+	*b = poly->boundbox;
+	PG_RETURN_BOX_P(b);
+}
+
+/*
+ * A circle's box: centre +/- radius, the box GiST's circle_ops keeps (core's
+ * box(circle) is the inscribed box, which is not a bound).
+ */
+Datum
+amrtree_circle_bbox(PG_FUNCTION_ARGS)
+{
+	CIRCLE	   *c = PG_GETARG_CIRCLE_P(0);
+	BOX		   *b = (BOX *) palloc(sizeof(BOX));
+
+	b->low.x = float8_mi(c->center.x, c->radius);
+	b->low.y = float8_mi(c->center.y, c->radius);
+	b->high.x = float8_pl(c->center.x, c->radius);
+	b->high.y = float8_pl(c->center.y, c->radius);
+	PG_RETURN_BOX_P(b);
+}
