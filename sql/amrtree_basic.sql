@@ -89,7 +89,10 @@ CREATE INDEX ON two_boxes USING amrtree (a, b);
 CREATE INDEX ON two_boxes USING amrtree (a) INCLUDE (b);
 CREATE UNIQUE INDEX ON two_boxes USING amrtree (a);
 CREATE TABLE points (p point);
-CREATE INDEX ON points USING amrtree (p);
+-- a type without an operator class
+CREATE TABLE segments (s lseg);
+CREATE INDEX ON segments USING amrtree (s);
+DROP TABLE segments;
 -- expression indexes work
 CREATE INDEX points_box ON points USING amrtree (box(p, p));
 INSERT INTO points SELECT point(i, i) FROM generate_series(1, 10) i;

@@ -671,11 +671,11 @@ amrgettuple(IndexScanDesc scan, ScanDirection dir)
 
 	if (so->ordered && !so->knn_box_done)
 	{
-		if (knn_next(scan))
+		if (!so->no_match && so->want_box_side && knn_next(scan))
 			return true;
 		/* the box side is exhausted: the NULL side follows, if wanted */
 		so->knn_box_done = true;
-		if (!so->want_null_side)
+		if (so->no_match || !so->want_null_side)
 			return false;
 		collect_null_side(scan);
 	}
@@ -710,7 +710,7 @@ amrgetbitmap(IndexScanDesc scan, TIDBitmap *tbm)
 	start_scan(scan);
 	while (next_batch(scan))
 	{
-		tbm_add_tuples(tbm, so->tids, so->nitems, false);
+		tbm_add_tuples(tbm, so->tids, so->nitems, so->recheck);
 		ntids += so->nitems;
 	}
 	return ntids;

@@ -131,6 +131,13 @@ amr_fp_ge(double a, double b)
 	return a + AMR_EPSILON >= b;
 }
 
+/* amr_fp_eq with twice the tolerance (see AMR_STRAT_SAME_RELAXED). */
+static inline bool
+amr_fp_eq2(double a, double b)
+{
+	return a == b || fabs(a - b) <= 2 * AMR_EPSILON;
+}
+
 static inline bool
 amr_box_has_nan(const AmrBox *b)
 {
@@ -184,10 +191,8 @@ amr_leaf_match(int strategy, const AmrBox *k, const AmrBox *q)
 		case AMR_STRAT_ABOVE_RELAXED:
 			return amr_fp_ge(k->ylo, q->yhi);
 		case AMR_STRAT_SAME_RELAXED:
-			return fabs(k->xhi - q->xhi) <= 2 * AMR_EPSILON &&
-				fabs(k->xlo - q->xlo) <= 2 * AMR_EPSILON &&
-				fabs(k->yhi - q->yhi) <= 2 * AMR_EPSILON &&
-				fabs(k->ylo - q->ylo) <= 2 * AMR_EPSILON;
+			return amr_fp_eq2(k->xhi, q->xhi) && amr_fp_eq2(k->xlo, q->xlo) &&
+				amr_fp_eq2(k->yhi, q->yhi) && amr_fp_eq2(k->ylo, q->ylo);
 	}
 	return false;
 }

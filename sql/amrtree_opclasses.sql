@@ -1,0 +1,273 @@
+--
+-- amrtree_opclasses: point_ops, poly_ops and circle_ops answer every
+-- operator exactly as a sequential scan and as GiST do, and KNN (ORDER BY
+-- <-> point) on box, point, polygon and circle returns rows in the order a
+-- sequential scan's sort does, with NULLs last, as index scans.  Data: the
+-- values of PostgreSQL's own regression tables (point_tbl with its NaN and
+-- infinite points, polygon_tbl, circle_tbl), duplicates, NULLs, and enough
+-- random values for trees of several levels.
+--
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS amrtree;
+RESET client_min_messages;
+SELECT setseed(0.3);
+
+-- every operator class validates
+SELECT opcname, amvalidate(oid) FROM pg_opclass
+WHERE opcmethod = (SELECT oid FROM pg_am WHERE amname = 'amrtree') ORDER BY opcname;
+
+-- ---- data ----
+CREATE TABLE oc_pt (id serial, v point);
+INSERT INTO oc_pt (v) SELECT p FROM unnest(ARRAY['(0.0,0.0)', '(-10.0,0.0)', '(-3.0,4.0)',
+  '(5.1, 34.5)', '(-5.0,-12.0)', '(1e-300,-1e-300)', '(1e+300,Inf)', '(Inf,1e+300)',
+  '(NaN,NaN)', '(10.0,10.0)', '(NaN,3)', '(3,NaN)']::point[]) p;
+INSERT INTO oc_pt (v) VALUES (NULL), (NULL), ('(2,2)'), ('(2,2)'), ('(2,2.0000005)');
+INSERT INTO oc_pt (v)
+SELECT CASE WHEN i % 97 = 0 THEN NULL ELSE point(round(random() * 400) / 10 - 20, round(random() * 400) / 10 - 20) END
+FROM generate_series(1, 6000) i;
+
+CREATE TABLE oc_poly (id serial, v polygon);
+INSERT INTO oc_poly (v) VALUES ('(2.0,0.0),(2.0,4.0),(0.0,0.0)'), ('(3.0,1.0),(3.0,3.0),(1.0,0.0)'),
+  ('(1,2),(3,4),(5,6),(7,8)'), ('(7,8),(5,6),(3,4),(1,2)'), ('(1,2),(7,8),(5,6),(3,-4)'),
+  ('(0.0,0.0)'), ('(0.0,1.0),(0.0,1.0)'), (NULL), (NULL);
+INSERT INTO oc_poly (v)
+SELECT CASE WHEN i % 101 = 0 THEN NULL
+            ELSE polygon(box(point(x, y), point(x + w, y + h))) END
+FROM (SELECT i, random() * 40 - 20 x, random() * 40 - 20 y, random() * 2 w, random() * 2 h
+      FROM generate_series(1, 3000) i) s;
+INSERT INTO oc_poly (v)
+SELECT polygon(5, circle(point(random() * 40 - 20, random() * 40 - 20), random() + 0.01))
+FROM generate_series(1, 1000);
+
+CREATE TABLE oc_circle (id serial, v circle);
+INSERT INTO oc_circle (v) VALUES ('<(5,1),3>'), ('<(1,2),100>'), ('1,3,5'), ('((1,2),3)'),
+  ('<(100,200),10>'), ('<(100,1),115>'), ('<(3,5),0>'), ('<(3,5),NaN>'),
+  ('<(1e150,1e150),1e150>'), (NULL), (NULL), ('<(2,2),1>'), ('<(2,2),1>');
+INSERT INTO oc_circle (v)
+SELECT CASE WHEN i % 89 = 0 THEN NULL
+            ELSE circle(point(random() * 40 - 20, random() * 40 - 20), random() * 2) END
+FROM generate_series(1, 4000) i;
+
+CREATE TABLE oc_box (id serial, v box);
+INSERT INTO oc_box (v) VALUES ('(2.0,2.0,0.0,0.0)'), ('(1.0,1.0,3.0,3.0)'), ('((-8, 2), (-2, -10))'),
+  ('(2.5, 2.5, 2.5,3.5)'), ('(3.0, 3.0,3.0,3.0)'), ('((NaN,0),(1,1))'), ('((0,0),(1,NaN))'),
+  ('((-Infinity,-Infinity),(Infinity,Infinity))'), (NULL), (NULL);
+INSERT INTO oc_box (v)
+SELECT CASE WHEN i % 93 = 0 THEN NULL ELSE box(point(x, y), point(x + w, y + w)) END
+FROM (SELECT i, random() * 40 - 20 x, random() * 40 - 20 y, random() * 0.5 w
+      FROM generate_series(1, 6000) i) s;
+
+-- each table with an amrtree index; and its rows without NaN twice more,
+-- with amrtree and with GiST.  GiST is held to the sequential scan only
+-- without NaN: a NaN coordinate makes the union keys of its inner pages NaN
+-- and whole subtrees are skipped (see amrtree_gist_parity).
+DO $$
+DECLARE t text;
+BEGIN
+  FOREACH t IN ARRAY ARRAY['oc_pt', 'oc_poly', 'oc_circle', 'oc_box'] LOOP
+    EXECUTE format('CREATE TABLE %s_plain AS SELECT * FROM %s WHERE v IS NULL OR v::text NOT LIKE ''%%NaN%%''', t, t);
+    EXECUTE format('CREATE TABLE %s_gist AS SELECT * FROM %s_plain', t, t);
+    EXECUTE format('CREATE INDEX ON %s USING amrtree (v)', t);
+    EXECUTE format('CREATE INDEX ON %s_plain USING amrtree (v)', t);
+    EXECUTE format('CREATE INDEX ON %s_gist USING gist (v)', t);
+  END LOOP;
+END $$;
+VACUUM ANALYZE oc_pt, oc_poly, oc_circle, oc_box, oc_pt_plain, oc_poly_plain, oc_circle_plain,
+  oc_box_plain, oc_pt_gist, oc_poly_gist, oc_circle_gist, oc_box_gist;
+
+-- ---- search operators ----
+CREATE TABLE oc_q (tbl text, op text, q text, qtype text);
+-- point_ops: point queries, and <@ box / polygon / circle
+INSERT INTO oc_q SELECT 'oc_pt', op, q, 'point'
+FROM unnest(ARRAY['<<', '>>', '~=', '<<|', '|>>', '<^', '>^']) op,
+     unnest(ARRAY['(0,0)', '(2,2)', '(-3,4)', '(10,10)', '(NaN,NaN)', '(NaN,1)', '(1e300,Inf)',
+                  '(5.5,-7.25)', '(2,2.0000005)']) q;
+INSERT INTO oc_q SELECT 'oc_pt', '<@', q, 'box'
+FROM unnest(ARRAY['(0,0),(10,10)', '(-20,-20),(20,20)', '(2,2),(2,2)', '(1.9999995,1.9999995),(2,2)',
+                  '(-Infinity,-Infinity),(Infinity,Infinity)', '(NaN,0),(1,1)', '(-5,-5),(-4,20)']) q;
+INSERT INTO oc_q SELECT 'oc_pt', '<@', q, 'polygon'
+FROM unnest(ARRAY['(0,0),(10,0),(0,10)', '(-20,-20),(20,-20),(20,20),(-20,20)', '(2,2)',
+                  '(1,1),(3,3),(3,1)', '(-10,0),(0,10),(10,0),(0,-10)']) q;
+INSERT INTO oc_q SELECT 'oc_pt', '<@', q, 'circle'
+FROM unnest(ARRAY['<(0,0),5>', '<(2,2),0>', '<(2,2),0.0000005>', '<(-10,10),3.5>', '<(0,0),NaN>']) q;
+-- poly_ops and circle_ops: every box relation
+INSERT INTO oc_q SELECT 'oc_poly', op, q, 'polygon'
+FROM unnest(ARRAY['<<', '&<', '&&', '&>', '>>', '~=', '@>', '<@', '&<|', '<<|', '|>>', '|&>']) op,
+     unnest(ARRAY['(0,0),(10,0),(0,10)', '(2.0,0.0),(2.0,4.0),(0.0,0.0)', '(0.0,0.0)',
+                  '(-20,-20),(20,-20),(20,20),(-20,20)', '(1,2),(3,4),(5,6),(7,8)',
+                  '(-5,-5),(-4,-5),(-4,-4)']) q;
+INSERT INTO oc_q SELECT 'oc_circle', op, q, 'circle'
+FROM unnest(ARRAY['<<', '&<', '&&', '&>', '>>', '~=', '@>', '<@', '&<|', '<<|', '|>>', '|&>']) op,
+     unnest(ARRAY['<(5,1),3>', '<(0,0),10>', '<(2,2),1>', '<(2,2.0000015),1.0000015>',
+                  '<(-10,5),0>', '<(0,0),NaN>', '<(0,0),30>']) q;
+
+-- ids matching "v <op> q" in tbl with only the given scan allowed (the
+-- plan is checked, so no comparison passes on two sequential scans)
+CREATE FUNCTION oc_ids(tbl text, op text, q text, qtype text, scan text)
+RETURNS int[] LANGUAGE plpgsql AS $$
+DECLARE
+  sql text := format('SELECT id FROM %s WHERE v %s %L::%s', tbl, op, q, qtype);
+  plan text := '';
+  r record;
+  ids int[];
+BEGIN
+  PERFORM set_config('enable_seqscan', CASE WHEN scan = 'seq' THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_indexscan', CASE WHEN scan = 'index' THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_indexonlyscan', CASE WHEN scan = 'index' THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_bitmapscan', CASE WHEN scan = 'bitmap' THEN 'on' ELSE 'off' END, true);
+  FOR r IN EXECUTE 'EXPLAIN (COSTS OFF) ' || sql LOOP
+    plan := plan || r."QUERY PLAN" || E'\n';
+  END LOOP;
+  IF scan = 'index' AND plan NOT LIKE '%Index %Scan using%' OR
+     scan = 'bitmap' AND plan NOT LIKE '%Bitmap Index Scan on%' OR
+     scan = 'seq' AND plan NOT LIKE '%Seq Scan on%' THEN
+    RAISE EXCEPTION 'plan does not use a % scan: %', scan, plan;
+  END IF;
+  EXECUTE 'SELECT coalesce(array_agg(id ORDER BY id), ''{}'') FROM (' || sql || ') s' INTO ids;
+  PERFORM set_config('enable_seqscan', 'on', true);
+  PERFORM set_config('enable_indexscan', 'on', true);
+  PERFORM set_config('enable_indexonlyscan', 'on', true);
+  PERFORM set_config('enable_bitmapscan', 'on', true);
+  RETURN ids;
+END $$;
+
+CREATE TABLE oc_result AS
+SELECT tbl, op, q, qtype,
+       oc_ids(tbl, op, q, qtype, 'seq') AS seq,
+       oc_ids(tbl, op, q, qtype, 'index') AS amr_index,
+       oc_ids(tbl, op, q, qtype, 'bitmap') AS amr_bitmap,
+       oc_ids(tbl || '_plain', op, q, qtype, 'index') AS plain_index,
+       oc_ids(tbl || '_gist', op, q, qtype, 'index') AS gist_index
+FROM oc_q;
+
+SELECT tbl, count(*) AS comparisons,
+       count(*) FILTER (WHERE amr_index <> seq) AS index_vs_seq,
+       count(*) FILTER (WHERE amr_bitmap <> seq) AS bitmap_vs_seq,
+       count(*) FILTER (WHERE plain_index <> gist_index) AS plain_amrtree_vs_gist,
+       count(*) FILTER (WHERE cardinality(seq) > 0) AS queries_with_rows
+FROM oc_result GROUP BY tbl ORDER BY tbl;
+SELECT tbl, op, q, cardinality(seq) AS seq, cardinality(amr_index) AS amr_index,
+       cardinality(amr_bitmap) AS amr_bitmap, cardinality(plain_index) AS plain_index,
+       cardinality(gist_index) AS gist_index
+FROM oc_result
+WHERE amr_index <> seq OR amr_bitmap <> seq OR plain_index <> gist_index
+LIMIT 5;
+
+-- point_ops is exact (no recheck) and returns points from the index alone;
+-- polygons and circles are rechecked
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+EXPLAIN (COSTS OFF) SELECT v FROM oc_pt WHERE v <@ box '(0,0),(1,1)';
+EXPLAIN (COSTS OFF) SELECT v FROM oc_poly WHERE v && polygon '(0,0),(1,1),(1,0)';
+SELECT count(*) FROM oc_pt WHERE v <@ box '(0,0),(10,10)';
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+
+-- ---- KNN ----
+-- The first k rows by "v <-> q" with only the given scan allowed (an
+-- index scan must do the ordering itself), as text: the distances in the
+-- order returned, and the ids of the rows closer than the last one, sorted
+-- (rows tied with the last one may differ between two correct answers).
+CREATE FUNCTION oc_knn(tbl text, q point, k int, scan text, filter text DEFAULT 'true')
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  sql text := format('SELECT id, v <-> %L::point AS d FROM %s WHERE %s ORDER BY v <-> %L::point LIMIT %s',
+                     q, tbl, filter, q, k);
+  plan text := '';
+  r record;
+  result text;
+BEGIN
+  PERFORM set_config('enable_seqscan', CASE WHEN scan = 'seq' THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_indexscan', CASE WHEN scan = 'index' THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_bitmapscan', 'off', true);
+  FOR r IN EXECUTE 'EXPLAIN (COSTS OFF) ' || sql LOOP
+    plan := plan || r."QUERY PLAN" || E'\n';
+  END LOOP;
+  IF scan = 'index' AND plan NOT LIKE '%Order By: (v <->%' OR
+     scan = 'seq' AND plan NOT LIKE '%Seq Scan on%' THEN
+    RAISE EXCEPTION 'plan does not use a % scan: %', scan, plan;
+  END IF;
+  EXECUTE 'SELECT coalesce(array_agg(d ORDER BY n), ''{}'')::text || '' '' || ' ||
+          'coalesce(array_agg(id ORDER BY d, id) FILTER (WHERE d < last OR last IS NULL AND d IS NOT NULL), ''{}'')::text ' ||
+          'FROM (SELECT id, d, n, last_value(d) OVER (ORDER BY n ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) last ' ||
+          'FROM (SELECT id, d, row_number() OVER () n FROM (' || sql || ') s) s) s' INTO result;
+  PERFORM set_config('enable_seqscan', 'on', true);
+  PERFORM set_config('enable_indexscan', 'on', true);
+  PERFORM set_config('enable_bitmapscan', 'on', true);
+  RETURN result;
+END $$;
+
+CREATE TABLE oc_knn_q (q point);
+INSERT INTO oc_knn_q VALUES ('(0,0)'), ('(2,2)'), ('(-19.5,19.5)'), ('(100,100)'), ('(1e300,1e300)'),
+  ('(NaN,NaN)'), ('(3,NaN)'), ('(5.25,-3.75)');
+CREATE TABLE oc_knn_result AS
+SELECT tbl, q, k,
+       oc_knn(tbl, q, k, 'seq') AS seq,
+       oc_knn(tbl, q, k, 'index') AS amr_index,
+       oc_knn(tbl || '_plain', q, k, 'index') AS plain_index,
+       -- GiST fails on NaN query points ("inconsistent point values",
+       -- "index returned tuples in wrong order")
+       CASE WHEN q::text NOT LIKE '%NaN%' THEN oc_knn(tbl || '_gist', q, k, 'index') END AS gist_index
+FROM unnest(ARRAY['oc_pt', 'oc_poly', 'oc_circle', 'oc_box']) tbl, oc_knn_q, unnest(ARRAY[1, 10, 100]) k;
+SELECT tbl, count(*) AS comparisons,
+       count(*) FILTER (WHERE amr_index <> seq) AS index_vs_seq,
+       count(gist_index) AS gist_comparisons,
+       count(*) FILTER (WHERE plain_index <> gist_index) AS plain_amrtree_vs_gist
+FROM oc_knn_result GROUP BY tbl ORDER BY tbl;
+SELECT tbl, q, k, left(seq, 60) AS seq, left(amr_index, 60) AS amr_index FROM oc_knn_result
+WHERE amr_index <> seq OR plain_index <> gist_index LIMIT 3;
+
+-- every row, NULLs last, and with a search condition too
+SELECT tbl,
+       oc_knn(tbl, '(1,1)', 100000, 'index') = oc_knn(tbl, '(1,1)', 100000, 'seq') AS all_rows_match,
+       oc_knn(tbl, '(1,1)', 50, 'index', 'v IS NULL') = oc_knn(tbl, '(1,1)', 50, 'seq', 'v IS NULL') AS nulls_match
+FROM unnest(ARRAY['oc_pt', 'oc_poly', 'oc_circle', 'oc_box']) tbl ORDER BY tbl;
+SELECT oc_knn('oc_box', '(1,1)', 30, 'index', 'v && box ''(0,0),(5,5)''') =
+       oc_knn('oc_box', '(1,1)', 30, 'seq', 'v && box ''(0,0),(5,5)''') AS filtered_box,
+       oc_knn('oc_pt', '(1,1)', 30, 'index', 'v <@ box ''(0,0),(5,5)''') =
+       oc_knn('oc_pt', '(1,1)', 30, 'seq', 'v <@ box ''(0,0),(5,5)''') AS filtered_point;
+
+-- the distances an index scan reports are the operator's (box, point:
+-- exact; polygon, circle: rechecked by the executor)
+SET enable_seqscan = off;
+SELECT v <-> point '(1,1)' AS d FROM oc_pt ORDER BY v <-> point '(1,1)' LIMIT 3;
+SELECT v <-> point '(1,1)' AS d FROM oc_circle ORDER BY v <-> point '(1,1)' LIMIT 3;
+-- an index-only KNN scan of points
+EXPLAIN (COSTS OFF) SELECT v FROM oc_pt ORDER BY v <-> point '(1,1)' LIMIT 3;
+SELECT v FROM oc_pt ORDER BY v <-> point '(1,1)', v[0] LIMIT 3;
+-- nearest-neighbour join: a rescan per outer row
+SELECT count(*) AS probes, count(*) FILTER (WHERE n.id IS NOT NULL) AS found
+FROM (SELECT point(i, -i) AS p FROM generate_series(-10, 10) i) probes
+CROSS JOIN LATERAL (SELECT id FROM oc_pt ORDER BY v <-> probes.p LIMIT 1) n;
+-- ORDER BY ... <-> NULL: every distance is NULL
+SELECT count(*) FROM (SELECT id FROM oc_pt ORDER BY v <-> NULL::point LIMIT 10) s;
+RESET enable_seqscan;
+
+-- after inserts that split leaves, and VACUUM
+INSERT INTO oc_pt (v) SELECT point(random() * 4, random() * 4) FROM generate_series(1, 3000);
+DELETE FROM oc_pt WHERE id % 5 = 0;
+VACUUM oc_pt;
+SELECT amrtree_check(indexrelid) FROM pg_index WHERE indrelid = 'oc_pt'::regclass;
+SELECT count(*) AS comparisons,
+       count(*) FILTER (WHERE oc_knn('oc_pt', q, 100, 'index') <> oc_knn('oc_pt', q, 100, 'seq')) AS knn_vs_seq
+FROM oc_knn_q;
+SELECT count(*) AS comparisons,
+       count(*) FILTER (WHERE oc_ids(tbl, op, q, qtype, 'index') <> oc_ids(tbl, op, q, qtype, 'seq')) AS index_vs_seq
+FROM oc_q WHERE tbl = 'oc_pt';
+
+-- a bad operator family: a search operator on a type without a box function
+CREATE FUNCTION oc_fake_left(point, lseg) RETURNS bool LANGUAGE sql IMMUTABLE AS 'SELECT true';
+CREATE OPERATOR <<< (LEFTARG = point, RIGHTARG = lseg, PROCEDURE = oc_fake_left);
+CREATE OPERATOR CLASS oc_bad_ops FOR TYPE point USING amrtree AS
+	OPERATOR 1 <<< (point, lseg),
+	FUNCTION 1 amrtree_point_bbox(point);
+SELECT amvalidate(oid) FROM pg_opclass WHERE opcname = 'oc_bad_ops';
+DROP OPERATOR CLASS oc_bad_ops USING amrtree;
+DROP OPERATOR FAMILY oc_bad_ops USING amrtree;
+DROP OPERATOR <<< (point, lseg);
+DROP FUNCTION oc_fake_left(point, lseg);
+
+DROP TABLE oc_pt, oc_poly, oc_circle, oc_box, oc_pt_gist, oc_poly_gist, oc_circle_gist, oc_box_gist,
+  oc_pt_plain, oc_poly_plain, oc_circle_plain, oc_box_plain, oc_q, oc_result, oc_knn_q, oc_knn_result;
+DROP FUNCTION oc_ids(text, text, text, text, text);
+DROP FUNCTION oc_knn(text, point, int, text, text);
