@@ -663,8 +663,9 @@ def cmd_compare(args):
             cl, t = clusters[cfg], 'trips_' + am
             cl.sql(f'VACUUM ANALYZE {t}')
             if am.startswith('amrtree'):
-                # measure the steady state: the tier manager demotes the
-                # leaves nobody has touched yet (rule R5) right after a build
+                # measure the placement the tier manager keeps (with an
+                # unlimited budget and room in the pool: every leaf on
+                # PMEM; rule R5 demotes only above the pool's high watermark)
                 cl.sql(f"SELECT amrtree_settle('{t}_b', 1)")
             size = index_bytes(cl, am, t)
             m, sd = mean_sd(builds[(cfg, am)])
@@ -1206,8 +1207,14 @@ WHERE c.id <= 20 AND l.tier = 'ssd'
 
 
 def run_sensitivity(cl, summary, res, qsec, settle, qdefs, logdir, quick):
-    # -- 4. sensitivity to theta_up, theta_down and lambda (unlimited budget, skewed queries)
-    log('\n== sensitivity (unlimited budget: the hot/cold rules R4/R5 alone decide; skewed queries, %d s)' % qsec)
+    # -- 4. sensitivity to theta_up, theta_down and lambda (unlimited budget, skewed queries).
+    # Rule R5 demotes only while the pool is above amrtree.pmem_high_watermark;
+    # with both watermarks at 0 it demotes every cold leaf, as in the paper, so
+    # that theta_down and lambda have something to decide.
+    log('\n== sensitivity (unlimited budget, watermarks 0: the hot/cold rules R4/R5 alone decide; '
+        'skewed queries, %d s)' % qsec)
+    set_guc(cl, 'amrtree.pmem_high_watermark', 0)
+    set_guc(cl, 'amrtree.pmem_low_watermark', 0)
     grid = [('defaults', None, None)]
     for name, vals in (('amrtree.promote_threshold', [2, 8]),
                        ('amrtree.demote_threshold', [0.1, 2]),
@@ -1237,6 +1244,8 @@ def run_sensitivity(cl, summary, res, qsec, settle, qdefs, logdir, quick):
             % (label, row['promotions'], row['demotions'], pm, r['tps'], ls['p95']))
         if name:
             set_guc(cl, name, None)
+    set_guc(cl, 'amrtree.pmem_high_watermark', None)
+    set_guc(cl, 'amrtree.pmem_low_watermark', None)
 
 
 

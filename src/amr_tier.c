@@ -18,8 +18,10 @@
  *			  apply the rules (core/amr_policy.c);
  *	R6        hold a DRAM copy of leaves in frequent splits, release it when
  *			  they calm down;
- *	plan      rule demotions, promotions that fit the budget, and budget
- *			  demotions of the coldest PMEM leaves;
+ *	plan      rule demotions (only while the pool's PMEM is above its high
+ *			  watermark: the tree's share of what brings it down to the
+ *			  low one, coldest first across trees), promotions that fit
+ *			  the budget, and budget demotions of the coldest PMEM leaves;
  *	migrate   copy -> persist -> switch the Leaf Table word -> reclaim.
  *
  * A migration reads the leaf and writes its new copy with no lock held
@@ -394,9 +396,29 @@ gather(AmrTree *only, TreeCands *per_tree, double now, const AmrPolicyParams *p)
 	}
 }
 
-/* Plan and carry out the moves of one tree.  Returns the number of moves. */
+/*
+ * PMEM slots rule R5 should free now: what brings the pool down to the low
+ * watermark once it is above the high one (above_high false: whenever it is
+ * above the low one, to cap a share planned earlier in a pass by what is
+ * still to free).  0 without an SSD tier.
+ */
 static uint64
-tree_cycle(AmrTree *t, TreeCands *tc, AmrLeaf *buf)
+pool_rule_excess(bool above_high)
+{
+	int			low = Min(amr_pmem_low_watermark, amr_pmem_high_watermark);
+
+	if (amr_store.ssd_used == NULL)
+		return 0;
+	return amr_rule_excess(amr_bitmap_count(amr_store.pmem_used), amr_store.pmem_nslots,
+						   above_high ? amr_pmem_high_watermark : low, low);
+}
+
+/*
+ * Plan and carry out the moves of one tree, rule R5 demoting at most
+ * rule_quota leaves.  Returns the number of moves.
+ */
+static uint64
+tree_cycle(AmrTree *t, TreeCands *tc, AmrLeaf *buf, uint64 rule_quota)
 {
 	AmrMove    *moves;
 	size_t		nmoves;
@@ -411,7 +433,12 @@ tree_cycle(AmrTree *t, TreeCands *tc, AmrLeaf *buf)
 
 	moves = palloc(sizeof(AmrMove) * (tc->n + 1));
 	if (t->tiering)
-		nmoves = amr_plan_moves(tc->c, tc->n, amr_tree_budget_leaves(t, 0), can_demote, moves);
+	{
+		/* others (settle, the trees before this one) may have freed room */
+		rule_quota = Min(rule_quota, pool_rule_excess(false));
+		nmoves = amr_plan_moves(tc->c, tc->n, amr_tree_budget_leaves(t, 0), can_demote,
+								rule_quota, moves);
+	}
 	else
 	{
 		/* tiering off: everything belongs on PMEM (e.g. after ALTER INDEX) */
@@ -507,8 +534,40 @@ amr_tier_cycle_tree(AmrTree *t)
 	memset(&tc, 0, sizeof(tc));
 	alloc_cands(&tc, t);
 	gather(t, &tc, amr_now_seconds(), &p);
-	moved = tree_cycle(t, &tc, buf);
+	/* settling one index: R5 frees what the pool needs from this tree alone */
+	moved = tree_cycle(t, &tc, buf, pool_rule_excess(true));
 	return moved;
+}
+
+/*
+ * The share of each tree in this pass's R5 demotions (quota[tree_no]): the
+ * pool's coldest R5 candidates on PMEM, among the trees with tiering on,
+ * until the pool is back at its low watermark.
+ */
+static void
+share_rule_quota(TreeCands *per_tree, uint64 *quota)
+{
+	uint64		excess = pool_rule_excess(true);
+	AmrCandidate **cands;
+	size_t	   *n;
+	size_t		total = 0;
+	uint32		tn;
+
+	memset(quota, 0, sizeof(uint64) * AMR_MAX_TREES);
+	if (excess == 0)
+		return;
+	cands = palloc(sizeof(AmrCandidate *) * AMR_MAX_TREES);
+	n = palloc(sizeof(size_t) * AMR_MAX_TREES);
+	for (tn = 0; tn < AMR_MAX_TREES; tn++)
+	{
+		cands[tn] = per_tree[tn].c;
+		n[tn] = (per_tree[tn].c != NULL && amr_store.trees[tn].tiering) ? per_tree[tn].n : 0;
+		total += n[tn];
+	}
+	(void) amr_share_rule_quota(cands, n, AMR_MAX_TREES, excess,
+								MemoryContextAllocHuge(CurrentMemoryContext,
+													   sizeof(AmrColdRef) * (total + 1)),
+								quota);
 }
 
 /* One cycle over every tree (the worker). */
@@ -518,6 +577,7 @@ cycle_all(void)
 	AmrPolicyParams p = current_params();
 	TreeCands  *per_tree = palloc0(sizeof(TreeCands) * AMR_MAX_TREES);
 	AmrLeaf    *buf = amr_alloc_leaf_buffer();
+	uint64	   *quota = palloc(sizeof(uint64) * AMR_MAX_TREES);
 	uint32		tn;
 	bool		any = false;
 
@@ -536,6 +596,7 @@ cycle_all(void)
 	if (!any)
 		return;
 	gather(NULL, per_tree, amr_now_seconds(), &p);
+	share_rule_quota(per_tree, quota);
 	for (tn = 0; tn < AMR_MAX_TREES; tn++)
 	{
 		AmrTree    *t = &amr_store.trees[tn];
@@ -544,7 +605,7 @@ cycle_all(void)
 			continue;			/* settle or a check is busy with it */
 		PG_TRY();
 		{
-			tree_cycle(t, &per_tree[tn], buf);
+			tree_cycle(t, &per_tree[tn], buf, quota[tn]);
 		}
 		PG_FINALLY();
 		{

@@ -39,6 +39,8 @@ double		amr_promote_threshold = AMR_PROMOTE_THRESHOLD_DEFAULT;
 double		amr_demote_threshold = AMR_DEMOTE_THRESHOLD_DEFAULT;
 double		amr_update_ratio_threshold = AMR_UPDATE_RATIO_DEFAULT;
 double		amr_smo_threshold = AMR_SMO_THRESHOLD_DEFAULT;
+int			amr_pmem_high_watermark = AMR_PMEM_HIGH_WATERMARK_DEFAULT;
+int			amr_pmem_low_watermark = AMR_PMEM_LOW_WATERMARK_DEFAULT;
 int			amr_dram_leaf_cache_kb = AMR_DRAM_LEAF_CACHE_DEFAULT_KB;
 int			amr_ssd_cache_kb = AMR_SSD_CACHE_DEFAULT_KB;
 int			amr_budget_on_insert = AMR_BUDGET_INSERT_DEFER;
@@ -257,6 +259,18 @@ define_gucs(void)
 							 &amr_smo_threshold,
 							 AMR_SMO_THRESHOLD_DEFAULT, AMR_THRESHOLD_MIN, AMR_THRESHOLD_MAX,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("amrtree.pmem_high_watermark",
+							"Percent of the pool's PMEM slots in use above which cold leaves are demoted (rule R5).",
+							"Below it a cold leaf stays on PMEM; 100 never demotes by R5.",
+							&amr_pmem_high_watermark,
+							AMR_PMEM_HIGH_WATERMARK_DEFAULT, AMR_WATERMARK_MIN, AMR_WATERMARK_MAX,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("amrtree.pmem_low_watermark",
+							"Percent of the pool's PMEM slots in use that rule R5 demotes down to.",
+							"Taken as at most amrtree.pmem_high_watermark.",
+							&amr_pmem_low_watermark,
+							AMR_PMEM_LOW_WATERMARK_DEFAULT, AMR_WATERMARK_MIN, AMR_WATERMARK_MAX,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	define_server_start_int("amrtree.dram_leaf_cache",
 							"Shared memory for leaves held in DRAM by rule R6.",
 							NULL,

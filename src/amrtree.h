@@ -65,6 +65,25 @@
 #define AMR_UPDATE_RATIO_MIN			0.0
 #define AMR_UPDATE_RATIO_MAX			1.0
 #define AMR_SMO_THRESHOLD_DEFAULT		3.0
+
+/*
+ * Rule R5 demotes cold leaves only while more than the high watermark of
+ * the pool's PMEM slots are in use, and then down to the low watermark
+ * (percent).  90: the last tenth stays free for what must land on PMEM
+ * between two passes -- inserts and splits under budget_on_insert = defer,
+ * a CREATE INDEX, which spills to SSD only at the reserve, and promotions
+ * -- so that they rarely find PMEM full and write to SSD inside the
+ * statement.  80: a gap of a tenth of the pool makes each demotion wave a
+ * large batch (one io_uring submission and one sync per 256 leaves) that
+ * lasts many intervals of inserts, instead of a few leaves at every pass
+ * once inserts cross one line (hysteresis, as theta_up/theta_down).  A high
+ * watermark of 100 turns R5 off; 0 and 0 demote every cold leaf, as the
+ * paper does.
+ */
+#define AMR_PMEM_HIGH_WATERMARK_DEFAULT	90
+#define AMR_PMEM_LOW_WATERMARK_DEFAULT	80
+#define AMR_WATERMARK_MIN				0
+#define AMR_WATERMARK_MAX				100
 #define AMR_DRAM_LEAF_CACHE_DEFAULT_KB	4096
 #define AMR_SSD_CACHE_DEFAULT_KB		65536
 #define AMR_CACHE_MIN_KB				0	/* disabled */
@@ -98,6 +117,8 @@ extern double amr_promote_threshold;
 extern double amr_demote_threshold;
 extern double amr_update_ratio_threshold;
 extern double amr_smo_threshold;
+extern int	amr_pmem_high_watermark;
+extern int	amr_pmem_low_watermark;
 extern int	amr_dram_leaf_cache_kb;
 extern int	amr_ssd_cache_kb;
 extern int	amr_budget_on_insert;

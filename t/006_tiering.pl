@@ -1,6 +1,9 @@
 # Three-tier placement: the budget sweep of the AMR-Tree paper (section 4.2)
 # on Porto-like boxes inserted one by one, promotion of a region that queries
-# make hot, the tier manager at work, and SSD corruption detected.
+# make hot, the tier manager at work, cold leaves that stay on PMEM while the
+# pool has room, SSD corruption detected, and (on a second, small pool)
+# rule R5 making room, coldest first, once the pool is above its high
+# watermark.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -92,11 +95,14 @@ SELECT (SELECT bytes FROM amrtree_tier_stats('t_${name}_b') WHERE tier = 'pmem')
 		ok($ratio >= 0.90 && $ratio <= 1.02,
 			sprintf('%s%%: PMEM holds %.1f%% of its budget', $1, 100 * $ratio));
 		cmp_ok($ssd, '>', 0, "$1%: the rest is on SSD");
+		is($rule_dem, 0, "$1%: the pool is below its high watermark: only the budget demotes");
 	}
 	elsif ($name eq 'unlimited')
 	{
 		is($budget, '', 'unlimited: no PMEM budget');
-		is($budget_dem, 0, 'unlimited: no budget demotions (only rule R5 demotes)');
+		is($budget_dem, 0, 'unlimited: no budget demotions');
+		is($rule_dem, 0, 'unlimited: the pool is below its high watermark: rule R5 demotes nothing');
+		is($ssd, 0, 'unlimited: every leaf is on PMEM');
 	}
 	else
 	{
@@ -152,11 +158,19 @@ ok($ratio50 >= 0.90 && $ratio50 <= 1.02,
 my ($m50) = amr_parity_mismatches($node, 't_b50');
 is($m50, 0, 'index agrees with a sequential scan after the promotions');
 
-# --- unlimited budget: cold leaves go to SSD by rule R5, hot ones come back
+# --- unlimited budget: its leaves have gone cold (decay_lambda = 2 since
+# seconds ago, nobody queried them), but the pool has room, so rule R5
+# leaves them on PMEM: it demotes only to make room (see the small pool below)
+ok($node->safe_psql('postgres', 'SELECT pmem_slots_used * 100 <= pmem_slots * 90 FROM amrtree_pool_stats()') eq 't',
+	'the pool is below its high watermark (90%)');
 $node->safe_psql('postgres', "SELECT amrtree_settle('t_unlimited_b', 1)");
-my ($rule_dem) = $node->safe_psql('postgres',
-	"SELECT rule_demotions FROM amrtree_migration_stats('t_unlimited_b')");
-cmp_ok($rule_dem, '>', 0, "unlimited: cold leaves were demoted by rule R5 ($rule_dem)");
+my ($cold, $all) = split /\|/, $node->safe_psql('postgres',
+	"SELECT count(*) FILTER (WHERE hotness <= 0.5), count(*) FROM amrtree_leaf_table('t_unlimited_b')");
+cmp_ok($cold, '>', 0, "unlimited: $cold of $all leaves are cold (hotness <= amrtree.demote_threshold)");
+is($node->safe_psql('postgres', "SELECT rule_demotions FROM amrtree_migration_stats('t_unlimited_b')"),
+	'0', 'unlimited: rule R5 demoted none of them');
+is($node->safe_psql('postgres', "SELECT leaves FROM amrtree_tier_stats('t_unlimited_b') WHERE tier = 'ssd'"),
+	'0', 'unlimited: every leaf is still on PMEM');
 is($node->safe_psql('postgres', "SELECT budget_demotions FROM amrtree_migration_stats('t_unlimited_b')"),
 	'0', 'unlimited: still no budget demotions');
 
@@ -197,4 +211,98 @@ my ($mr) = amr_parity_mismatches($node, 't_b20');
 is($mr, 0, 'REINDEX repairs it');
 
 $node->stop;
+
+# --- a nearly full pool: rule R5 makes room, coldest first, down to the low
+# watermark (amrtree.pmem_high_watermark = 90, pmem_low_watermark = 80, the
+# defaults).  A 32MB pool has a few thousand slots, and fillfactor = 10
+# packs 8 entries a leaf (84 fit), so some tens of thousands of rows fill
+# it.  The tier manager sleeps (scan_interval = 1h) until it is woken
+# below, so that first amrtree_settle alone moves leaves; decay_lambda =
+# 0.01 keeps a queried region hot for minutes.
+my $full = amr_node('tiering_full', pmem_size => '32MB',
+	conf => "amrtree.ssd_size = 64MB\namrtree.scan_interval = '1h'\namrtree.decay_lambda = 0.01\n");
+$full->start;
+$full->safe_psql('postgres', 'CREATE EXTENSION amrtree');
+my $slots = $full->safe_psql('postgres', 'SELECT pmem_slots FROM amrtree_pool_stats()');
+my $high = int($slots * 90 / 100);    # more slots used than this: above the high watermark
+my $low = int($slots * 80 / 100);     # what R5 brings the use down to
+
+sub pool_used
+{
+	return $full->safe_psql('postgres', 'SELECT pmem_slots_used FROM amrtree_pool_stats()');
+}
+
+sub full_stat
+{
+	my ($sql) = @_;
+	return $full->safe_psql('postgres', $sql);
+}
+
+# a table of 8 * $leaves boxes on a grid, and its index, built with leaves of 8
+sub fill_pool
+{
+	my ($table, $leaves) = @_;
+	my $rows = 8 * $leaves;
+	$full->safe_psql('postgres', qq{
+CREATE TABLE $table (id int, b box);
+INSERT INTO $table SELECT i, box(point(i % 400, i / 400), point(i % 400 + 0.5, i / 400 + 0.5))
+FROM generate_series(1, $rows) i;
+CREATE INDEX ${table}_b ON $table USING amrtree (b) WITH (fillfactor = 10);});
+}
+
+# index fa takes 70% of the pool; 60 queries make one region of it hot
+fill_pool('fa', int(0.70 * $slots));
+my $hot_box = "'((0,0),(40,5))'::box";
+$full->safe_psql('postgres', join('', map {
+	"SET enable_seqscan = off; SELECT count(*) FROM fa WHERE b && $hot_box;\n" } 1 .. 60));
+my $hot = full_stat("SELECT count(*) FROM amrtree_leaf_table('fa_b') WHERE mbr && $hot_box");
+cmp_ok($hot, '>', 0, "a hot region of $hot leaves");
+# index fb takes the pool to 95%
+fill_pool('fb', int(0.95 * $slots) - pool_used());
+my $used0 = pool_used();
+cmp_ok($used0, '>', $high, "two builds took the pool above its high watermark ($used0 of $slots slots)");
+is(full_stat("SELECT sum(leaves) FROM amrtree_tier_stats('fa_b') WHERE tier = 'ssd'")
+	  + full_stat("SELECT sum(leaves) FROM amrtree_tier_stats('fb_b') WHERE tier = 'ssd'"),
+	0, 'the builds put every leaf on PMEM');
+
+# settle fa: R5 demotes its coldest leaves until the pool is at the low watermark
+$full->safe_psql('postgres', "SELECT amrtree_settle('fa_b', 0)");
+is(pool_used(), $low, "settle: the pool is down to its low watermark ($low of $slots slots), no further");
+is(full_stat("SELECT rule_demotions || '|' || budget_demotions FROM amrtree_migration_stats('fa_b')"),
+	($used0 - $low) . '|0', 'settle: rule R5 made exactly that room (no budget demotions)');
+is(full_stat("SELECT count(*) FROM amrtree_leaf_table('fa_b') WHERE mbr && $hot_box AND tier <> 'pmem'"),
+	'0', 'settle: the hot region stayed on PMEM (coldest first)');
+is(full_stat("SELECT leaves FROM amrtree_tier_stats('fb_b') WHERE tier = 'ssd'"), '0',
+	'settle of fa left fb alone');
+is(full_stat("SELECT amrtree_settle('fa_b', 0)"), '0',
+	'between the watermarks, nothing more is demoted');
+
+# index fc takes the pool above the high watermark again; the tier manager,
+# woken, frees room across the indexes
+fill_pool('fc', int(0.93 * $slots) - pool_used());
+my $used1 = pool_used();
+cmp_ok($used1, '>', $high, "a third build took the pool above its high watermark ($used1 of $slots slots)");
+$full->safe_psql('postgres', q{
+ALTER SYSTEM SET amrtree.scan_interval = '100ms';
+SELECT pg_reload_conf();});
+ok($full->poll_query_until('postgres', "SELECT pmem_slots_used <= $low FROM amrtree_pool_stats()"),
+	'the tier manager brought the pool down to its low watermark');
+sleep 1;    # ten more passes
+is(pool_used(), $low, 'and left it there: R5 stops at the low watermark');
+is(full_stat(q{SELECT sum(m.rule_demotions) || '|' || sum(m.budget_demotions)
+FROM unnest(ARRAY['fa_b', 'fb_b', 'fc_b']::regclass[]) i, amrtree_migration_stats(i) m}),
+	($used0 - $low + $used1 - $low) . '|0', 'all of it by rule R5');
+is(full_stat("SELECT count(*) FROM amrtree_leaf_table('fa_b') WHERE mbr && $hot_box AND tier <> 'pmem'"),
+	'0', 'the hot region is still on PMEM');
+$full->safe_psql('postgres', q{
+CREATE TABLE amr_windows (qid int, qb box);
+INSERT INTO amr_windows VALUES (1, '((0,0),(40,5))'), (2, '((100,10),(180,30))'), (3, '((-1,-1),(500,500))');});
+amr_setup_parity($full);
+for my $table ('fa', 'fb', 'fc')
+{
+	my ($m, $r) = amr_parity_mismatches($full, $table);
+	is($m, 0, "$table: index agrees with a sequential scan across both tiers ($r rows)");
+	is(full_stat("SELECT amrtree_check('${table}_b')"), 't', "$table: amrtree_check");
+}
+$full->stop;
 done_testing();

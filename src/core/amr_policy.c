@@ -83,7 +83,7 @@ by_hotness_asc(const void *a, const void *b)
 
 size_t
 amr_plan_moves(AmrCandidate *c, size_t n, uint64_t budget_leaves,
-			   bool can_demote, AmrMove *moves)
+			   bool can_demote, uint64_t rule_quota, AmrMove *moves)
 {
 	size_t		nmoves = 0;
 	uint64_t	pmem = 0;
@@ -93,16 +93,20 @@ amr_plan_moves(AmrCandidate *c, size_t n, uint64_t budget_leaves,
 	for (i = 0; i < n; i++)
 		if (c[i].tier == AMR_TIER_PMEM)
 			pmem++;
+	qsort(c, n, sizeof(AmrCandidate), by_hotness_asc);
 
 	/*
-	 * R5: cold leaves to SSD.  Only without a budget: with one, PMEM holds
-	 * the hottest leaves up to the budget, and the coldest leave first when
-	 * it is exceeded (below); demoting cold leaves below the budget would
-	 * leave paid-for PMEM idle.
+	 * R5: cold leaves to SSD, coldest first, only as many as the pool must
+	 * free (rule_quota, from amr_rule_excess).  Being cold alone is no
+	 * reason to leave PMEM: demoting every cold leaf emptied PMEM after a
+	 * build (nobody has queried its leaves yet), left PMEM paid for but
+	 * idle, and made queries wait for SSD reads.  With a budget, PMEM holds
+	 * the hottest leaves up to it, and the coldest leave first when it is
+	 * exceeded (below).
 	 */
-	if (can_demote && budget_leaves == UINT64_MAX)
+	if (can_demote)
 	{
-		for (i = 0; i < n; i++)
+		for (i = 0; i < n && rule_quota > 0; i++)
 		{
 			if (c[i].tier == AMR_TIER_PMEM && c[i].want == AMR_WANT_SSD)
 			{
@@ -111,6 +115,7 @@ amr_plan_moves(AmrCandidate *c, size_t n, uint64_t budget_leaves,
 				nmoves++;
 				c[i].rule |= MOVING;
 				pmem--;
+				rule_quota--;
 			}
 		}
 	}
@@ -120,7 +125,6 @@ amr_plan_moves(AmrCandidate *c, size_t n, uint64_t budget_leaves,
 	 * a promotion displaces the coldest remaining PMEM leaf if that one is
 	 * at most half as hot (so that two leaves cannot swap back and forth).
 	 */
-	qsort(c, n, sizeof(AmrCandidate), by_hotness_asc);
 	for (i = n; i-- > 0;)
 	{
 		if (c[i].tier != AMR_TIER_SSD || c[i].want != AMR_WANT_PMEM)
@@ -167,6 +171,65 @@ amr_plan_moves(AmrCandidate *c, size_t n, uint64_t budget_leaves,
 		}
 	}
 	return nmoves;
+}
+
+uint64_t
+amr_rule_excess(uint64_t used, uint64_t nslots, int high_pct, int low_pct)
+{
+	uint64_t	low_slots;
+
+	if (high_pct < 0)
+		high_pct = 0;
+	if (low_pct > high_pct)
+		low_pct = high_pct;
+	if (low_pct < 0)
+		low_pct = 0;
+	if (nslots == 0 || used * 100 <= nslots * (uint64_t) high_pct)
+		return 0;
+	low_slots = nslots * (uint64_t) low_pct / 100;
+	return used > low_slots ? used - low_slots : 0;
+}
+
+/* qsort order of AmrColdRef: coldest first */
+static int
+by_coldness(const void *a, const void *b)
+{
+	const AmrColdRef *x = a;
+	const AmrColdRef *y = b;
+
+	if (x->hotness != y->hotness)
+		return x->hotness < y->hotness ? -1 : 1;
+	/* ties (every leaf of a fresh build has hotness 0): lower list first */
+	return (x->list > y->list) - (x->list < y->list);
+}
+
+uint64_t
+amr_share_rule_quota(AmrCandidate *const *cands, const size_t *n, size_t nlists,
+					 uint64_t excess, AmrColdRef *scratch, uint64_t *quota)
+{
+	size_t		ncold = 0;
+	size_t		l;
+	size_t		i;
+	uint64_t	shared = 0;
+
+	for (l = 0; l < nlists; l++)
+	{
+		quota[l] = 0;
+		for (i = 0; i < n[l]; i++)
+		{
+			if (cands[l][i].tier != AMR_TIER_PMEM || cands[l][i].want != AMR_WANT_SSD)
+				continue;
+			scratch[ncold].hotness = cands[l][i].hotness;
+			scratch[ncold].list = (uint32_t) l;
+			ncold++;
+		}
+	}
+	if (excess == 0 || ncold == 0)
+		return 0;
+	qsort(scratch, ncold, sizeof(AmrColdRef), by_coldness);
+	for (i = 0; i < ncold && shared < excess; i++, shared++)
+		quota[scratch[i].list]++;
+	return shared;
 }
 
 uint64_t

@@ -18,9 +18,12 @@
  *	 R4  hotness >= theta_up             on PMEM (promote if on SSD)
  *	 R5  hotness <= theta_down           on SSD  (demote if on PMEM)
  *	 otherwise                           stay (the hysteresis band)
- * With a finite PMEM budget, R5 gives way to the budget: PMEM keeps the
- * hottest leaves up to it and the coldest are demoted when it is exceeded.
- * R1/R2 (inner nodes kept in DRAM) hold by construction.
+ * R5 makes room: it demotes only while the PMEM tier (the pool, shared by
+ * every tree) is above its high watermark, coldest first, down to the low
+ * watermark (amr_rule_excess); otherwise a cold leaf stays where it is.
+ * With a finite PMEM budget, PMEM keeps the hottest leaves up to it and the
+ * coldest are demoted when it is exceeded.  R1/R2 (inner nodes kept in
+ * DRAM) hold by construction.
  *
  *-------------------------------------------------------------------------
  */
@@ -89,15 +92,41 @@ typedef struct AmrMove
 } AmrMove;
 
 /*
- * Plan the moves of one tree: rule demotions, promotions that fit the
- * budget (or displace a PMEM leaf at most half as hot), and budget
- * demotions of the coldest PMEM leaves until PMEM holds at most
- * budget_leaves (UINT64_MAX: unlimited).  Without an SSD tier nothing is
- * demoted.  cands is reordered.  Returns the number of moves written to
- * "moves" (room for n).
+ * Plan the moves of one tree: rule demotions of its coldest R5 leaves on
+ * PMEM, at most rule_quota of them (the tree's share of amr_rule_excess; 0:
+ * R5 demotes nothing), promotions that fit the budget (or displace a PMEM
+ * leaf at most half as hot), and budget demotions of the coldest PMEM
+ * leaves until PMEM holds at most budget_leaves (UINT64_MAX: unlimited).
+ * Without an SSD tier nothing is demoted.  cands is reordered (ascending
+ * hotness).  Returns the number of moves written to "moves" (room for n).
  */
 extern size_t amr_plan_moves(AmrCandidate *cands, size_t n, uint64_t budget_leaves,
-							 bool can_demote, AmrMove *moves);
+							 bool can_demote, uint64_t rule_quota, AmrMove *moves);
+
+/*
+ * The PMEM slots rule R5 should free: when more than high_pct percent of the
+ * nslots slots are used, enough to bring the use down to low_pct percent
+ * (taken as at most high_pct); 0 otherwise.
+ */
+extern uint64_t amr_rule_excess(uint64_t used, uint64_t nslots, int high_pct, int low_pct);
+
+/* A leaf that rule R5 would demote, and the candidate list it belongs to. */
+typedef struct AmrColdRef
+{
+	float		hotness;
+	uint32_t	list;
+} AmrColdRef;
+
+/*
+ * Share "excess" R5 demotions among the candidate lists cands[0..nlists)
+ * (one per tree, n[i] candidates each; n[i] = 0 leaves a list out): the
+ * coldest R5 candidates on PMEM across all lists, at most excess of them;
+ * quota[i] receives how many are list i's (the rule_quota of its
+ * amr_plan_moves).  scratch has room for every candidate.  Returns the sum.
+ */
+extern uint64_t amr_share_rule_quota(AmrCandidate *const *cands, const size_t *n,
+									 size_t nlists, uint64_t excess,
+									 AmrColdRef *scratch, uint64_t *quota);
 
 /*
  * The PMEM leaves a budget allows an index of nleaves leaves: a fraction of

@@ -665,6 +665,261 @@ test_budget(void)
 	return true;
 }
 
+/* ---- placement planning (core/amr_policy.c) ---- */
+
+/* A candidate as the tier manager's gather would make it. */
+static AmrCandidate
+cand(uint32_t leaf_id, uint8_t tier, AmrWant want, float hotness)
+{
+	AmrCandidate c;
+
+	memset(&c, 0, sizeof(c));
+	c.leaf_id = leaf_id;
+	c.tier = tier;
+	c.want = (uint8_t) want;
+	c.rule = (uint8_t) (want == AMR_WANT_SSD ? AMR_RULE_R5 :
+						want == AMR_WANT_PMEM ? AMR_RULE_R4 : AMR_RULE_NONE);
+	c.hotness = hotness;
+	return c;
+}
+
+/* Whether moves[0..n) are exactly the (leaf, kind) pairs given, in order. */
+static bool
+moves_are(const AmrMove *moves, size_t n, size_t want_n, const uint32_t *ids,
+		  const AmrMoveKind *kinds)
+{
+	size_t		i;
+
+	if (n != want_n)
+		return false;
+	for (i = 0; i < n; i++)
+		if (moves[i].leaf_id != ids[i] || moves[i].kind != kinds[i])
+			return false;
+	return true;
+}
+
+/* The occupancy that makes R5 demote, and how much. */
+static bool
+test_rule_excess(void)
+{
+	CHECK(amr_rule_excess(0, 100, 90, 80) == 0, "an empty pool");
+	CHECK(amr_rule_excess(89, 100, 90, 80) == 0, "below the high watermark");
+	CHECK(amr_rule_excess(90, 100, 90, 80) == 0, "at the high watermark: not above it");
+	CHECK(amr_rule_excess(91, 100, 90, 80) == 11, "just above: down to 80 of 100");
+	CHECK(amr_rule_excess(100, 100, 90, 80) == 20, "full: down to 80 of 100");
+	CHECK(amr_rule_excess(950, 1003, 90, 80) == 148, "low watermark of 1003 slots rounds down to 802");
+	CHECK(amr_rule_excess(95, 100, 90, 95) == 5, "a low watermark above the high one is the high one");
+	CHECK(amr_rule_excess(100, 100, 100, 80) == 0, "a high watermark of 100 never demotes");
+	CHECK(amr_rule_excess(7, 100, 0, 0) == 7, "0 and 0: every cold leaf, as the paper");
+	CHECK(amr_rule_excess(5, 0, 90, 80) == 0, "no PMEM slots");
+	CHECK(amr_rule_excess(AMR_MAX_SLOTS, AMR_MAX_SLOTS, 90, 80) ==
+		  AMR_MAX_SLOTS - (uint64_t) AMR_MAX_SLOTS * 80 / 100, "the largest pool does not overflow");
+	return true;
+}
+
+/*
+ * Unlimited budget, pool below its high watermark (quota 0): cold leaves
+ * stay on PMEM, hot SSD leaves are still promoted.
+ */
+static bool
+test_plan_unlimited_below_watermark(void)
+{
+	AmrCandidate c[6];
+	AmrMove		moves[6];
+	size_t		n;
+	static const uint32_t ids[] = {6};
+	static const AmrMoveKind kinds[] = {AMR_MOVE_PROMOTE};
+
+	c[0] = cand(1, AMR_TIER_PMEM, AMR_WANT_SSD, 0.0f);
+	c[1] = cand(2, AMR_TIER_PMEM, AMR_WANT_SSD, 0.2f);
+	c[2] = cand(3, AMR_TIER_PMEM, AMR_WANT_STAY, 2.0f);
+	c[3] = cand(4, AMR_TIER_PMEM, AMR_WANT_PMEM, 9.0f);
+	c[4] = cand(5, AMR_TIER_SSD, AMR_WANT_SSD, 0.1f);
+	c[5] = cand(6, AMR_TIER_SSD, AMR_WANT_PMEM, 7.0f);
+	n = amr_plan_moves(c, 6, UINT64_MAX, true, 0, moves);
+	CHECK(moves_are(moves, n, 1, ids, kinds),
+		  "below the watermark: only the promotion of leaf 6 (%zu moves, first leaf %u kind %d)",
+		  n, n ? moves[0].leaf_id : 0, n ? (int) moves[0].kind : -1);
+	return true;
+}
+
+/*
+ * Unlimited budget, pool above its high watermark: the coldest R5
+ * candidates on PMEM go, coldest first, exactly as many as the quota;
+ * promotions go on.
+ */
+static bool
+test_plan_unlimited_above_watermark(void)
+{
+	AmrCandidate c[8];
+	AmrMove		moves[8];
+	size_t		n;
+	static const uint32_t ids[] = {14, 11, 13, 8};
+	static const AmrMoveKind kinds[] = {AMR_MOVE_DEMOTE_RULE, AMR_MOVE_DEMOTE_RULE,
+	AMR_MOVE_DEMOTE_RULE, AMR_MOVE_PROMOTE};
+
+	c[0] = cand(10, AMR_TIER_PMEM, AMR_WANT_SSD, 0.4f);
+	c[1] = cand(11, AMR_TIER_PMEM, AMR_WANT_SSD, 0.1f);
+	c[2] = cand(12, AMR_TIER_PMEM, AMR_WANT_SSD, 0.45f);
+	c[3] = cand(13, AMR_TIER_PMEM, AMR_WANT_SSD, 0.3f);
+	c[4] = cand(14, AMR_TIER_PMEM, AMR_WANT_SSD, 0.0f);
+	/* not R5 candidates: colder than some, but in the band or already on SSD */
+	c[5] = cand(15, AMR_TIER_PMEM, AMR_WANT_STAY, 0.05f);
+	c[6] = cand(16, AMR_TIER_SSD, AMR_WANT_SSD, 0.0f);
+	c[7] = cand(8, AMR_TIER_SSD, AMR_WANT_PMEM, 6.0f);
+	n = amr_plan_moves(c, 8, UINT64_MAX, true, 3, moves);
+	CHECK(moves_are(moves, n, 4, ids, kinds),
+		  "quota 3: demote 14, 11, 13 (coldest first), promote 8 (%zu moves)", n);
+
+	/* a quota beyond the candidates demotes them all, and no more */
+	c[0] = cand(10, AMR_TIER_PMEM, AMR_WANT_SSD, 0.4f);
+	c[1] = cand(11, AMR_TIER_PMEM, AMR_WANT_SSD, 0.1f);
+	c[2] = cand(15, AMR_TIER_PMEM, AMR_WANT_STAY, 0.05f);
+	n = amr_plan_moves(c, 3, UINT64_MAX, true, 100, moves);
+	CHECK(n == 2 && moves[0].leaf_id == 11 && moves[1].leaf_id == 10 &&
+		  moves[0].kind == AMR_MOVE_DEMOTE_RULE && moves[1].kind == AMR_MOVE_DEMOTE_RULE,
+		  "quota 100, two candidates: both, coldest first (%zu moves)", n);
+
+	/* without an SSD tier, nothing is demoted whatever the quota */
+	c[0] = cand(10, AMR_TIER_PMEM, AMR_WANT_SSD, 0.4f);
+	c[1] = cand(11, AMR_TIER_PMEM, AMR_WANT_SSD, 0.1f);
+	n = amr_plan_moves(c, 2, UINT64_MAX, false, 5, moves);
+	CHECK(n == 0, "no SSD tier: no demotion (%zu moves)", n);
+	return true;
+}
+
+/*
+ * A finite budget is still a fill target: cold leaves below it stay, the
+ * coldest go when it is exceeded, promotions fit or displace a leaf at most
+ * half as hot; above the high watermark R5 demotes under a budget too.
+ */
+static bool
+test_plan_finite_budget(void)
+{
+	AmrCandidate c[6];
+	AmrMove		moves[8];
+	size_t		n;
+
+	/* under the budget, pool below the watermark: cold leaves stay */
+	c[0] = cand(1, AMR_TIER_PMEM, AMR_WANT_SSD, 0.0f);
+	c[1] = cand(2, AMR_TIER_PMEM, AMR_WANT_SSD, 0.3f);
+	c[2] = cand(3, AMR_TIER_PMEM, AMR_WANT_STAY, 2.0f);
+	n = amr_plan_moves(c, 3, 10, true, 0, moves);
+	CHECK(n == 0, "within a budget of 10: nothing moves (%zu moves)", n);
+
+	/* over the budget: the coldest PMEM leaves, by the budget, not by R5 */
+	{
+		static const uint32_t ids[] = {1, 3};
+		static const AmrMoveKind kinds[] = {AMR_MOVE_DEMOTE_BUDGET, AMR_MOVE_DEMOTE_BUDGET};
+
+		c[0] = cand(4, AMR_TIER_PMEM, AMR_WANT_STAY, 3.0f);
+		c[1] = cand(3, AMR_TIER_PMEM, AMR_WANT_STAY, 1.0f);
+		c[2] = cand(2, AMR_TIER_PMEM, AMR_WANT_PMEM, 5.0f);
+		c[3] = cand(1, AMR_TIER_PMEM, AMR_WANT_SSD, 0.0f);
+		n = amr_plan_moves(c, 4, 2, true, 0, moves);
+		CHECK(moves_are(moves, n, 2, ids, kinds),
+			  "budget 2 of 4: budget demotions of 1 then 3 (%zu moves)", n);
+	}
+
+	/* the same above the high watermark: R5 takes the cold one first */
+	{
+		static const uint32_t ids[] = {1, 3};
+		static const AmrMoveKind kinds[] = {AMR_MOVE_DEMOTE_RULE, AMR_MOVE_DEMOTE_BUDGET};
+
+		c[0] = cand(4, AMR_TIER_PMEM, AMR_WANT_STAY, 3.0f);
+		c[1] = cand(3, AMR_TIER_PMEM, AMR_WANT_STAY, 1.0f);
+		c[2] = cand(2, AMR_TIER_PMEM, AMR_WANT_PMEM, 5.0f);
+		c[3] = cand(1, AMR_TIER_PMEM, AMR_WANT_SSD, 0.0f);
+		n = amr_plan_moves(c, 4, 2, true, 1, moves);
+		CHECK(moves_are(moves, n, 2, ids, kinds),
+			  "budget 2 of 4, quota 1: R5 demotes 1, the budget 3 (%zu moves)", n);
+	}
+
+	/* within a budget, above the watermark: R5 makes room below the budget */
+	c[0] = cand(1, AMR_TIER_PMEM, AMR_WANT_SSD, 0.2f);
+	c[1] = cand(2, AMR_TIER_PMEM, AMR_WANT_SSD, 0.0f);
+	c[2] = cand(3, AMR_TIER_PMEM, AMR_WANT_STAY, 2.0f);
+	n = amr_plan_moves(c, 3, 10, true, 1, moves);
+	CHECK(n == 1 && moves[0].leaf_id == 2 && moves[0].kind == AMR_MOVE_DEMOTE_RULE,
+		  "budget 10, quota 1: R5 demotes the coldest, leaf 2 (%zu moves)", n);
+
+	/* at the budget, a hot SSD leaf displaces a PMEM leaf at most half as hot */
+	{
+		static const uint32_t ids[] = {1, 9};
+		static const AmrMoveKind kinds[] = {AMR_MOVE_DEMOTE_BUDGET, AMR_MOVE_PROMOTE};
+
+		c[0] = cand(1, AMR_TIER_PMEM, AMR_WANT_STAY, 1.0f);
+		c[1] = cand(2, AMR_TIER_PMEM, AMR_WANT_STAY, 3.0f);
+		c[2] = cand(9, AMR_TIER_SSD, AMR_WANT_PMEM, 8.0f);
+		c[3] = cand(7, AMR_TIER_SSD, AMR_WANT_PMEM, 5.0f);
+		n = amr_plan_moves(c, 4, 2, true, 0, moves);
+		CHECK(moves_are(moves, n, 2, ids, kinds),
+			  "budget 2: 9 (8.0) displaces 1 (1.0); 7 (5.0) cannot displace 2 (3.0) (%zu moves)", n);
+	}
+
+	/* room under the budget: promotions, hottest first, until it is full */
+	{
+		static const uint32_t ids[] = {9, 7};
+		static const AmrMoveKind kinds[] = {AMR_MOVE_PROMOTE, AMR_MOVE_PROMOTE};
+
+		c[0] = cand(1, AMR_TIER_PMEM, AMR_WANT_STAY, 5.0f);
+		c[1] = cand(7, AMR_TIER_SSD, AMR_WANT_PMEM, 6.0f);
+		c[2] = cand(9, AMR_TIER_SSD, AMR_WANT_PMEM, 8.0f);
+		c[3] = cand(5, AMR_TIER_SSD, AMR_WANT_PMEM, 4.5f);
+		n = amr_plan_moves(c, 4, 3, true, 0, moves);
+		CHECK(moves_are(moves, n, 2, ids, kinds),
+			  "budget 3 with 1 on PMEM: promote 9, then 7; 5 does not fit (%zu moves)", n);
+	}
+	return true;
+}
+
+/* The pool's R5 demotions shared among trees: the coldest across them all. */
+static bool
+test_share_rule_quota(void)
+{
+	AmrCandidate a[4];
+	AmrCandidate b[4];
+	AmrCandidate *lists[3] = {a, NULL, b};
+	size_t		n[3] = {4, 0, 4};
+	AmrColdRef	scratch[8];
+	uint64_t	quota[3];
+	AmrMove		moves[4];
+	size_t		nm;
+
+	a[0] = cand(1, AMR_TIER_PMEM, AMR_WANT_SSD, 0.3f);
+	a[1] = cand(2, AMR_TIER_PMEM, AMR_WANT_SSD, 0.1f);
+	a[2] = cand(3, AMR_TIER_SSD, AMR_WANT_SSD, 0.0f);	/* already on SSD */
+	a[3] = cand(4, AMR_TIER_PMEM, AMR_WANT_STAY, 0.05f);	/* R6 or the band */
+	b[0] = cand(11, AMR_TIER_PMEM, AMR_WANT_SSD, 0.2f);
+	b[1] = cand(12, AMR_TIER_PMEM, AMR_WANT_SSD, 0.0f);
+	b[2] = cand(13, AMR_TIER_PMEM, AMR_WANT_SSD, 0.4f);
+	b[3] = cand(14, AMR_TIER_PMEM, AMR_WANT_PMEM, 9.0f);
+
+	/* the three coldest: 12 (0.0, b), 2 (0.1, a), 11 (0.2, b) */
+	CHECK(amr_share_rule_quota(lists, n, 3, 3, scratch, quota) == 3, "shares 3");
+	CHECK(quota[0] == 1 && quota[1] == 0 && quota[2] == 2,
+		  "quota a=1 b=2, got %llu %llu %llu", (unsigned long long) quota[0],
+		  (unsigned long long) quota[1], (unsigned long long) quota[2]);
+	/* and each tree's plan then demotes exactly those */
+	nm = amr_plan_moves(a, 4, UINT64_MAX, true, quota[0], moves);
+	CHECK(nm == 1 && moves[0].leaf_id == 2, "tree a demotes leaf 2 (%zu moves)", nm);
+	nm = amr_plan_moves(b, 4, UINT64_MAX, true, quota[2], moves);
+	CHECK(nm == 2 && moves[0].leaf_id == 12 && moves[1].leaf_id == 11,
+		  "tree b demotes 12 then 11 (%zu moves)", nm);
+
+	/* more to free than there are candidates: all of them */
+	CHECK(amr_share_rule_quota(lists, n, 3, 50, scratch, quota) == 5, "shares all 5");
+	CHECK(quota[0] == 2 && quota[2] == 3, "all of a's 2 and b's 3");
+
+	/* a list left out (tiering off) gets nothing; nothing to free, nothing shared */
+	n[2] = 0;
+	CHECK(amr_share_rule_quota(lists, n, 3, 3, scratch, quota) == 2 &&
+		  quota[0] == 2 && quota[2] == 0, "only a's candidates");
+	CHECK(amr_share_rule_quota(lists, n, 3, 0, scratch, quota) == 0 && quota[0] == 0,
+		  "excess 0: no quota");
+	return true;
+}
+
 int
 main(void)
 {
@@ -680,6 +935,11 @@ main(void)
 		{"dram_full_is_clean", test_dram_full},
 		{"slot_reserve_by_purpose", test_slot_purposes},
 		{"budget_arithmetic", test_budget},
+		{"rule_excess_watermarks", test_rule_excess},
+		{"plan_unlimited_below_watermark", test_plan_unlimited_below_watermark},
+		{"plan_unlimited_above_watermark", test_plan_unlimited_above_watermark},
+		{"plan_finite_budget", test_plan_finite_budget},
+		{"share_rule_quota_coldest_first", test_share_rule_quota},
 	};
 
 	return run_tests(tests, sizeof(tests) / sizeof(tests[0]), AMR_PERSIST_CLWB, "amr_core_test");
