@@ -36,6 +36,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/predicate.h"
+#include "catalog/pg_type.h"
 #include "utils/float.h"
 #include "utils/geo_decls.h"
 #include "utils/memutils.h"
@@ -84,7 +85,8 @@ typedef struct AmrScanOpaqueData
 	bool		order_exact;	/* distances exact (box_ops), else bounds */
 	bool		order_null_arg; /* ORDER BY key <-> NULL: every distance NULL */
 	bool		knn_box_done;	/* the box side is exhausted: NULLs next */
-	AmrPoint	order_point;
+	AmrBox		order_box;		/* the query point, or its value's box */
+	FmgrInfo	order_bbox_fn;	/* the query value -> box */
 	AmrKnnSearch knn;
 	AmrKnnHit  *hits;			/* entries fed to the search, by payload */
 	size_t		nhits;
@@ -238,18 +240,24 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 	{
 		ScanKey		ok = &scan->orderByData[0];
 
-		if (ok->sk_strategy != AMR_STRAT_DISTANCE)
+		if (!amr_is_ordering_strategy(ok->sk_strategy))
 			elog(ERROR, "unrecognized ordering strategy number %d for amrtree",
 				 ok->sk_strategy);
 		if (ok->sk_flags & SK_ISNULL)
 			so->order_null_arg = true;
 		else
 		{
-			Point	   *p = DatumGetPointP(ok->sk_argument);
-
 			so->ordered = true;
-			so->order_point.x = p->x;
-			so->order_point.y = p->y;
+			if (ok->sk_subtype == POINTOID)
+			{
+				Point	   *p = DatumGetPointP(ok->sk_argument);
+
+				so->order_box.xlo = so->order_box.xhi = p->x;
+				so->order_box.ylo = so->order_box.yhi = p->y;
+			}
+			else
+				amr_query_box(scan->indexRelation, ok->sk_subtype, ok->sk_argument,
+							  &so->order_bbox_fn, so->scan_cxt, &so->order_box);
 			so->order_exact = so->key_exact && scan->numberOfOrderBys == 1;
 		}
 	}
@@ -326,7 +334,7 @@ start_scan(IndexScanDesc scan)
 		LWLockRelease(amr_tree_lock(t));
 		if (so->predicate_locks)
 			PredicateLockRelation(scan->indexRelation, scan->xs_snapshot);
-		amr_knn_begin(&so->knn, &amr_store, t, &so->order_point);
+		amr_knn_begin_box(&so->knn, &amr_store, t, &so->order_box);
 		return;
 	}
 	if (so->want_box_side)
@@ -590,7 +598,7 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 		{
 			AmrFBox		fb = amr_fbox_from_box(&en->key);
 
-			distance = amr_fbox_point_lower_bound(&fb, &so->order_point);
+			distance = amr_fbox_box_lower_bound(&fb, &so->order_box);
 		}
 		/* the heap TID identifies the entry: the tie order of the search */
 		seq = ((uint64) ItemPointerGetBlockNumberNoCheck(&hit->tid) << 16) |

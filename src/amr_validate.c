@@ -25,8 +25,9 @@
  * maps a type to its bounding box (T -> box, registered for (T, T)): the
  * indexed type unless it is box, and every right-hand type of a search
  * operator other than box and the indexed type.  The ordering operator, if
- * any, is strategy 15: "indexed <-> point", returning float8, ordered by a
- * btree family (float_ops).
+ * any, is strategy 15 (or PostGIS's 13 and 14): a distance from the indexed
+ * value to a point or to a value that support function 1 maps, returning
+ * float8, ordered by a btree family (float_ops).
  */
 
 /* Whether the family has support function 1 for type typid. */
@@ -175,9 +176,10 @@ amrvalidate(Oid opclassoid)
 		}
 		else
 		{
-			if (oprform->amopstrategy != AMR_STRAT_DISTANCE ||
+			if (!amr_is_ordering_strategy(oprform->amopstrategy) ||
 				!OidIsValid(oprform->amopsortfamily) ||
-				oprform->amoprighttype != POINTOID ||
+				(oprform->amoprighttype != POINTOID && oprform->amoprighttype != BOXOID &&
+				 !family_has_bbox(proclist, oprform->amoprighttype)) ||
 				!check_amop_signature(oprform->amopopr, FLOAT8OID,
 									  oprform->amoplefttype,
 									  oprform->amoprighttype))
@@ -187,8 +189,7 @@ amrvalidate(Oid opclassoid)
 						 errmsg("operator family \"%s\" of access method %s contains ordering operator %s with wrong strategy number or signature",
 								opfamilyname, "amrtree",
 								format_operator(oprform->amopopr)),
-						 errdetail("amrtree orders only by strategy %d, \"indexed <-> point\" returning double precision.",
-								   AMR_STRAT_DISTANCE)));
+						 errdetail("amrtree orders by strategies 13 to 15: a distance from the indexed value to a point or to a value with support function 1, returning double precision.")));
 				result = false;
 			}
 		}

@@ -522,6 +522,16 @@ extern bytea *amroptions(Datum reloptions, bool validate);
 #define AMR_STRAT_POINT_IN_POLYGON	48	/* point <@ polygon */
 #define AMR_STRAT_POINT_IN_CIRCLE	68	/* point <@ circle */
 
+/*
+ * Ordering strategies: 15 (GiST's "<->"), and 13 and 14, PostGIS's numbers
+ * for "<->" and "<#>"; all mean "distance from the key to the query value".
+ */
+static inline bool
+amr_is_ordering_strategy(int strategy)
+{
+	return strategy >= 13 && strategy <= 15;
+}
+
 /* The box relation (1-12) a search strategy filters by; 0 if none. */
 extern int	amr_strategy_relation(int strategy);
 

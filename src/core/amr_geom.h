@@ -692,4 +692,62 @@ amr_fbox_point_lower_bound(const AmrFBox *m, const AmrPoint *q)
 	return bound;
 }
 
+/*
+ * A lower bound of the distance between any box inside m and any value
+ * inside the box q: for a degenerate q exactly amr_fbox_point_lower_bound
+ * (so point queries order as before), otherwise the gap between the boxes
+ * along each axis, combined and slackened the same way.  A NaN in q prunes
+ * nothing.
+ */
+static inline double
+amr_fbox_box_lower_bound(const AmrFBox *m, const AmrBox *q)
+{
+	double		dx,
+				dy,
+				bound,
+				slack_x,
+				slack_y;
+
+	if (q->xlo == q->xhi && q->ylo == q->yhi)
+	{
+		AmrPoint	p = {q->xlo, q->ylo};
+
+		return amr_fbox_point_lower_bound(m, &p);
+	}
+	if (amr_box_has_nan(q))
+		return 0.0;
+	if (q->xhi < m->xlo)
+		dx = (double) m->xlo - q->xhi;
+	else if (q->xlo > m->xhi)
+		dx = q->xlo - (double) m->xhi;
+	else
+		dx = 0.0;
+	if (q->yhi < m->ylo)
+		dy = (double) m->ylo - q->yhi;
+	else if (q->ylo > m->yhi)
+		dy = q->ylo - (double) m->yhi;
+	else
+		dy = 0.0;
+
+	if (dx == 0.0 || dy == 0.0)
+		bound = dx + dy;
+	else if (fmax(dx, dy) < 0x1p-900)
+		bound = fmax(dx, dy);
+	else
+		bound = amr_pg_hypot(dx, dy) * (1.0 - 0x1p-48);
+
+	slack_y = 1.0001e-6 + 0x1p-50 * (fabs(q->ylo) + fabs(q->yhi) + fabs((double) m->ylo) +
+									 fabs((double) m->yhi));
+	slack_x = 1.0001e-6 + 0x1p-50 * (fabs(q->xlo) + fabs(q->xhi) + fabs((double) m->xlo) +
+									 fabs((double) m->xhi));
+	if (dy <= slack_y && dx < bound)
+		bound = dx;
+	if (dx <= slack_x && dy < bound)
+		bound = dy;
+	/* a gap smaller than the slack may be PostgreSQL's fuzz: no bound */
+	if (bound <= fmax(slack_x, slack_y))
+		bound = 0.0;
+	return bound;
+}
+
 #endif							/* AMR_GEOM_H */

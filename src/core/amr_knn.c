@@ -156,6 +156,15 @@ void
 amr_knn_begin(AmrKnnSearch *s, const AmrStore *store, const AmrTree *tree,
 			  const AmrPoint *query)
 {
+	AmrBox		b = {query->x, query->y, query->x, query->y};
+
+	amr_knn_begin_box(s, store, tree, &b);
+}
+
+void
+amr_knn_begin_box(AmrKnnSearch *s, const AmrStore *store, const AmrTree *tree,
+				  const AmrBox *query)
+{
 	s->nitems = 0;
 	s->store = store;
 	s->tree = tree;
@@ -318,7 +327,7 @@ expand_node(AmrKnnSearch *s, uint32_t node_id)
 		{
 			AmrFBox		b = amr_node_entry_box(n, i);
 
-			push_leaf(s, n->child[i], amr_fbox_point_lower_bound(&b, &s->query),
+			push_leaf(s, n->child[i], amr_fbox_box_lower_bound(&b, &s->query),
 					  stamp);
 		}
 	}
@@ -328,7 +337,7 @@ expand_node(AmrKnnSearch *s, uint32_t node_id)
 		{
 			AmrFBox		b = amr_node_entry_box(n, i);
 
-			push_node(s, n->child[i], amr_fbox_point_lower_bound(&b, &s->query));
+			push_node(s, n->child[i], amr_fbox_box_lower_bound(&b, &s->query));
 		}
 	}
 }

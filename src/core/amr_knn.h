@@ -127,7 +127,7 @@ typedef struct AmrKnnSearch
 
 	const AmrStore *store;
 	const AmrTree *tree;
-	AmrPoint	query;
+	AmrBox		query;			/* a point is a degenerate box */
 
 	bool		tree_read;		/* the root has been queued */
 	uint64_t	inner_nodes_seen;	/* AmrTree.ninner when nodes were read */
@@ -170,6 +170,13 @@ extern void amr_knn_init(AmrKnnSearch *s, AmrReallocFn realloc_fn,
  */
 extern void amr_knn_begin(AmrKnnSearch *s, const AmrStore *store,
 						  const AmrTree *tree, const AmrPoint *query);
+
+/*
+ * The same for a query that is a box (the bounding box of a query value of
+ * a lossy operator class): bounds are distances between boxes.
+ */
+extern void amr_knn_begin_box(AmrKnnSearch *s, const AmrStore *store,
+							  const AmrTree *tree, const AmrBox *query);
 
 /* Whether the next amr_knn_next call may read inner nodes (tree lock). */
 extern bool amr_knn_next_reads_tree(const AmrKnnSearch *s);
