@@ -507,7 +507,7 @@ WHERE b && (SELECT box(point(x - {hw}, y - {hh}), point(x + {hw}, y + {hh})) FRO
 SHORT = {'amrtree': 'amrtree', 'amrtree_notier': 'amrtree-off', 'gist': 'GiST',
          'spgist': 'SP-GiST'}
 # the targets that later work is judged on, shown beside the ratios
-TPS_TARGETS = {'range 0.001%': '>= 1.2', 'range 0.1%': '>= 1.5',
+TPS_TARGETS = {'range 0.001%': '>= 1.2', 'range 0.1%': '>= 1.5', 'knn k=10': '>= 2',
                'insert sync 1 client': '>= 1.0', 'insert sync 2 clients': '>= 1.0'}
 
 
@@ -769,7 +769,42 @@ def cmd_compare(args):
                                    tag='m', logdir=os.path.join(cl.dir, 'pgbench-logs'))
                     qres.setdefault(('mixed 80/20', cfg, am), []).append(r)
             report_runs(res, out, qres, 'mixed 80/20', configs)
-        log('  (KNN: not measured -- the amrtree operator class has no distance operator yet)')
+
+        # -- KNN: ORDER BY b <-> point LIMIT 10 (pgbench), and a
+        # nearest-neighbour join of 10,000 probes (LATERAL ... LIMIT 1), for
+        # the methods whose plan orders by the index
+        knn_ams = []
+        for am in AMS:
+            plan = cl0.sql(f'EXPLAIN (COSTS OFF) SELECT 1 FROM trips_{am} '
+                           f'ORDER BY b <-> point(0, 0) LIMIT 10')
+            if 'Order By' in plan:
+                knn_ams.append(am)
+            else:
+                log('  (KNN: %s does not order by the index here; not measured)' % AM_LABEL[am])
+        knn_series = [(cfg, am) for cfg, am in series if am in knn_ams]
+        for rnd in range(rounds):
+            for cfg, am in rotated(knn_series, rnd):
+                cl = clusters[cfg]
+                r = cl.pgbench([os.path.join(SCRIPTS, 'knn.sql')], clients, seconds=seconds,
+                               defines={'n': ncenters, 'tbl': 'trips_' + am}, tag='k',
+                               logdir=os.path.join(cl.dir, 'pgbench-logs'))
+                qres.setdefault(('knn k=10', cfg, am), []).append(r)
+        report_runs(res, out, qres, 'knn k=10', configs)
+        nprobes = min(10000, ncenters)
+        join = {k: [] for k in knn_series}
+        for rnd in range(rounds):
+            for cfg, am in rotated(knn_series, rnd):
+                join[(cfg, am)].append(clusters[cfg].timed(
+                    f'SELECT count(n.*) FROM (SELECT point(x, y) AS p FROM bench_centers '
+                    f'WHERE id <= {nprobes}) probes CROSS JOIN LATERAL '
+                    f'(SELECT 1 FROM trips_{am} ORDER BY b <-> probes.p LIMIT 1) n'))
+        for cfg, am in knn_series:
+            m, sd = mean_sd(join[(cfg, am)])
+            out[cfg].setdefault('nn_join_s', {})[am] = m
+            res.add(config=cfg, metric='nn_join', am=am, value=m, sd=sd, unit='s',
+                    detail='%d probes' % nprobes)
+            log('  %-17s nearest-neighbour join of %d probes %7.3f s%s'
+                % (series_label(cfg, am), nprobes, m, sd_note(sd, rounds)))
 
         # -- bulk insert: INSERT ... SELECT with the index present vs no index
         phase(t0, 'bulk insert: INSERT ... SELECT of %d rows into an empty table (time; WAL per row)'
@@ -858,6 +893,8 @@ def report_runs(res, out, qres, label, configs):
     for cfg in configs:
         per = out[cfg].setdefault('tps', {}).setdefault(label, {})
         for am in AMS:
+            if (label, cfg, am) not in qres:
+                continue        # e.g. KNN where the method cannot order by its index
             rs = qres[(label, cfg, am)]
             t, sd = mean_sd([r['tps'] for r in rs])
             lat = lat_summary([x for r in rs for x in r['lat']])
@@ -870,7 +907,8 @@ def report_runs(res, out, qres, label, configs):
                     lat_avg_ms=lat['avg'], lat_p95_ms=lat['p95'], lat_p99_ms=lat['p99'], **extra)
         log('  %-22s %-4s %s' % (label if cfg == configs[0] else '', cfg, '  '.join(
             '%s %7.0f (%.2f/%.2f/%.2f)' % (SHORT[am], per[am]['tps'], per[am]['avg'],
-                                           per[am]['p95'], per[am]['p99']) for am in AMS)))
+                                           per[am]['p95'], per[am]['p99'])
+            for am in AMS if am in per)))
 
 
 def compare_ratio_lines(r):
@@ -879,7 +917,10 @@ def compare_ratio_lines(r):
     lines = []
 
     def add(what, values, target=''):
-        lines.append((what, {am: ratio(values[am], values['gist']) for am in others}, target))
+        if 'gist' not in values:
+            return
+        lines.append((what, {am: ratio(values[am], values['gist']) if am in values else None
+                             for am in others}, target))
 
     b = r['build_s']
     lines.append(('build speed (GiST time / time)',
@@ -887,7 +928,13 @@ def compare_ratio_lines(r):
     add('build WAL per row (bytes / GiST bytes)', r['build_wal_per_row'])
     add('index size (bytes / GiST bytes)', {am: v['total'] for am, v in r['size_bytes'].items()})
     for label, per in r['tps'].items():
-        add('tps %s' % label, {am: per[am]['tps'] for am in AMS}, TPS_TARGETS.get(label, ''))
+        add('tps %s' % label, {am: per[am]['tps'] for am in AMS if am in per},
+            TPS_TARGETS.get(label, ''))
+    if r.get('nn_join_s', {}).get('gist'):
+        j = r['nn_join_s']
+        lines.append(('nearest-neighbour join speed (GiST time / time)',
+                      {am: ratio(j['gist'], j[am]) if am in j else None for am in others},
+                      '>= 2'))
     add('WAL per row, single-row inserts', r['insert_wal_per_row'], '<= 1')
     bulk = r['bulk']
     add('bulk-insert index cost (cost / GiST cost)',
@@ -913,7 +960,8 @@ def print_compare_ratios(summary, res):
     summary['ratios'] = {}
     for i, (what, _, target) in enumerate(per_cfg[configs[0]]):
         vals = {cfg: per_cfg[cfg][i][1] for cfg in configs}
-        log('  %-42s %s  %s' % (what, ' '.join('%16.2f' % vals[c][a] for c, a in cols), target))
+        log('  %-42s %s  %s' % (what, ' '.join('%16.2f' % vals[c][a] if vals[c][a] is not None
+                                                else '%16s' % '-' for c, a in cols), target))
         for cfg, am in cols:
             res.add(config=cfg, metric='ratio_to_gist', script=what, am=am, value=vals[cfg][am],
                     unit='x')
@@ -930,7 +978,9 @@ def print_compare_ratios(summary, res):
     lines = [('build time', {am: ratio(rd['build_s'][am], rs['build_s'][am]) for am in AMS}, '')]
     for label in rs['tps']:
         lines.append(('tps %s' % label, {am: ratio(rd['tps'][label][am]['tps'],
-                                                   rs['tps'][label][am]['tps']) for am in AMS},
+                                                   rs['tps'][label][am]['tps'])
+                                         if am in rs['tps'][label] else float('nan')
+                                         for am in AMS},
                       'as GiST' if label.startswith('range') else ''))
     lines.append(('bulk-insert index cost',
                   {am: ratio(rd['bulk'][am] - rd['bulk']['none'], rs['bulk'][am] - rs['bulk']['none'])

@@ -481,11 +481,16 @@ set_index_tuple(IndexScanDesc scan, const AmrBox *key, bool isnull)
 {
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
 	MemoryContext old = MemoryContextSwitchTo(so->batch_cxt);
-	Datum		value = (Datum) 0;
+	Datum		values[INDEX_MAX_KEYS];
+	bool		nulls[INDEX_MAX_KEYS];
 
+	/* INCLUDE columns are not stored: amrcanreturn keeps them out of here */
+	memset(nulls, true, sizeof(nulls));
+	values[0] = (Datum) 0;
+	nulls[0] = isnull;
 	if (!isnull)
-		value = amr_key_value(scan->indexRelation, key);
-	scan->xs_itup = index_form_tuple(scan->xs_itupdesc, &value, &isnull);
+		values[0] = amr_key_value(scan->indexRelation, key);
+	scan->xs_itup = index_form_tuple(scan->xs_itupdesc, values, nulls);
 	MemoryContextSwitchTo(old);
 }
 

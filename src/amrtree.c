@@ -387,7 +387,7 @@ amrtree_handler(PG_FUNCTION_ARGS)
 	amroutine->amclusterable = true;
 	amroutine->ampredlocks = true;	/* leaves and inner nodes, see amr_pred_*_block */
 	amroutine->amcanparallel = false;
-	amroutine->amcaninclude = false;
+	amroutine->amcaninclude = true;
 	amroutine->amusemaintenanceworkmem = false;
 	amroutine->amparallelvacuumoptions = VACUUM_OPTION_NO_PARALLEL;
 	amroutine->amkeytype = InvalidOid;
@@ -534,8 +534,13 @@ amr_build_leaf_fill(Relation index)
 bool
 amrcanreturn(Relation index, int attno)
 {
-	/* leaves store the exact box, or only a bounding box of the value */
-	return amr_opclass_keys_exact(index);
+	/*
+	 * Leaves store the key's box: the value itself (box_ops), a box that
+	 * determines it (support function 2), or only a bounding box.  INCLUDE
+	 * columns are not stored (a leaf entry is a fixed 48 bytes), so they
+	 * are fetched from the heap.
+	 */
+	return attno == 1 && amr_opclass_keys_exact(index);
 }
 
 

@@ -1,4 +1,4 @@
 # Test lists for scripts/test.sh (kept in make syntax so the Makefile could
 # include them too).
 REGRESS_TESTS = amrtree_basic amrtree_privileges amrtree_gist_parity amrtree_opclasses amrtree_temp amrtree_parity amrtree_maintenance amrtree_tiering
-ISOLATION_TESTS = insert_scan insert_vacuum drop_concurrently predicate_lock
+ISOLATION_TESTS = insert_scan insert_vacuum drop_concurrently predicate_lock knn_insert_vacuum
