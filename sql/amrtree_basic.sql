@@ -104,7 +104,6 @@ SELECT b FROM two_boxes ORDER BY a <-> point '(50.5,50.5)' LIMIT 2;
 RESET enable_seqscan;
 RESET enable_bitmapscan;
 SELECT amrtree_check('two_boxes_cover');
-DROP TABLE two_boxes;
 CREATE TABLE points (p point);
 -- a type without an operator class
 CREATE TABLE segments (s lseg);
