@@ -508,6 +508,7 @@ SHORT = {'amrtree': 'amrtree', 'amrtree_notier': 'amrtree-off', 'gist': 'GiST',
          'spgist': 'SP-GiST'}
 # the targets that later work is judged on, shown beside the ratios
 TPS_TARGETS = {'range 0.001%': '>= 1.2', 'range 0.1%': '>= 1.5', 'knn k=10': '>= 2',
+               'knn points k=10': '>= 2',
                'insert sync 1 client': '>= 1.0', 'insert sync 2 clients': '>= 1.0'}
 
 
@@ -790,6 +791,25 @@ def cmd_compare(args):
                                logdir=os.path.join(cl.dir, 'pgbench-logs'))
                 qres.setdefault(('knn k=10', cfg, am), []).append(r)
         report_runs(res, out, qres, 'knn k=10', configs)
+        # the same on points (the boxes' centres), in a table per method
+        pt_ams = [am for am in ('amrtree', 'gist', 'spgist') if am in AMS]
+        for cfg, cl in clusters.items():
+            for am in pt_ams:
+                cl.sql(f'DROP TABLE IF EXISTS pts_{am}; '
+                       f'CREATE TABLE pts_{am} AS SELECT id, center(b) AS p FROM src ORDER BY id; '
+                       f'ALTER TABLE pts_{am} SET (autovacuum_enabled = off); '
+                       f'CREATE INDEX ON pts_{am} USING {am} (p); VACUUM ANALYZE pts_{am}')
+        pt_series = [(cfg, am) for cfg, am in series if am in pt_ams]
+        for rnd in range(rounds):
+            for cfg, am in rotated(pt_series, rnd):
+                cl = clusters[cfg]
+                r = cl.pgbench([os.path.join(SCRIPTS, 'knn_points.sql')], clients, seconds=seconds,
+                               defines={'n': ncenters, 'tbl': 'pts_' + am}, tag='kp',
+                               logdir=os.path.join(cl.dir, 'pgbench-logs'))
+                qres.setdefault(('knn points k=10', cfg, am), []).append(r)
+        report_runs(res, out, qres, 'knn points k=10', configs)
+        for cfg, cl in clusters.items():
+            cl.sql('DROP TABLE ' + ', '.join('pts_' + am for am in pt_ams))
         nprobes = min(10000, ncenters)
         join = {k: [] for k in knn_series}
         for rnd in range(rounds):

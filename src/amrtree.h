@@ -47,7 +47,14 @@
 #define AMR_DRAM_SIZE_MAX_KB			(INT_MAX / 2)
 #define AMR_PMEM_SIZE_DEFAULT_MB		256
 #define AMR_PMEM_SIZE_MIN_MB			32
-#define AMR_PMEM_SIZE_MAX_MB			(16 * 1024)
+/*
+ * 4 TB: 2^30 slots of 4 KiB (AMR_MAX_SLOTS; slot numbers are 30 bits of the
+ * Leaf Table word).  The real bound is shared memory: each leaf id costs
+ * about 72 bytes of DRAM (AmrLeafVolatile) plus bitmap bits, about 1.8% of
+ * the pool, so a 1 TB pool needs about 18 GB of shared memory, and the
+ * server refuses to start (out of shared memory) where that is not there.
+ */
+#define AMR_PMEM_SIZE_MAX_MB			(4 * 1024 * 1024)
 #define AMR_SSD_SIZE_DEFAULT_MB			1024
 #define AMR_SSD_SIZE_MIN_MB				0	/* no SSD tier */
 #define AMR_SSD_SIZE_MAX_MB				(1024 * 1024)

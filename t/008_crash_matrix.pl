@@ -255,6 +255,8 @@ WHERE a.amname = 'amrtree'});
 	my ($mismatch, $rows) = parity($full ? [@all_ops] : [ @selective_ops, $all_ops[ $round_no % @all_ops ] ]);
 	$ok &&= is($mismatch, 0, "$what: " . ($full ? 'every strategy agrees' : 'the strategies checked agree')
 		  . " with a sequential scan ($rows rows)");
+	$ok &&= is(amr_knn_mismatches($node, 'trips', $full ? 8 : 2, 30), 0,
+		"$what: KNN (ORDER BY b <-> point) agrees with a sequential scan and sort");
 	$node->safe_psql('postgres', 'VACUUM trips');
 	my $ios = $node->safe_psql('postgres', q{
 SET enable_seqscan = off; SET enable_bitmapscan = off;

@@ -13,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(amr_node amr_pool_path amr_load_porto amr_setup_parity
-  amr_parity_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server);
+  amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server);
 
 my $tag = $ENV{AMR_POOL_TAG} || "amrtree-tap-$$";
 my $src = $ENV{AMR_SRC} || dirname(__FILE__) . '/..';
@@ -129,6 +129,51 @@ SELECT count(*) FILTER (WHERE amr_ids('$table', op, qb, true) <> amr_ids('$table
 FROM amr_ops, amr_windows});
 	my ($mismatch, $rows) = split /\|/, $res;
 	return ($mismatch, $rows);
+}
+
+# Number of query points (the centres of the first $npoints windows) where
+# "ORDER BY b <-> point LIMIT $k" through the index (which must order by
+# it) disagrees with a sequential scan and sort: the distances in order,
+# and the ids of the rows closer than the last one (rows tied with the last
+# may differ between two correct answers).
+sub amr_knn_mismatches
+{
+	my ($node, $table, $npoints, $k, $db) = @_;
+	$db ||= 'postgres';
+	$node->safe_psql(
+		$db, q{
+CREATE OR REPLACE FUNCTION amr_knn(tbl regclass, q point, k int, use_index bool)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  sql text := format('SELECT id, b <-> %L::point AS d FROM %s ORDER BY b <-> %L::point LIMIT %s',
+                     q, tbl, q, k);
+  plan text := '';
+  r record;
+  result text;
+BEGIN
+  PERFORM set_config('enable_seqscan', CASE WHEN use_index THEN 'off' ELSE 'on' END, true);
+  PERFORM set_config('enable_indexscan', CASE WHEN use_index THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_bitmapscan', 'off', true);
+  IF use_index THEN
+    FOR r IN EXECUTE 'EXPLAIN (COSTS OFF) ' || sql LOOP
+      plan := plan || r."QUERY PLAN";
+    END LOOP;
+    IF plan NOT LIKE '%Order By: (b <->%' THEN
+      RAISE EXCEPTION 'index does not order: %', plan;
+    END IF;
+  END IF;
+  EXECUTE 'SELECT coalesce(array_agg(d ORDER BY n), ''{}'')::text || '' '' || ' ||
+          'coalesce(array_agg(id ORDER BY d, id) FILTER (WHERE d < last), ''{}'')::text ' ||
+          'FROM (SELECT id, d, n, last_value(d) OVER (ORDER BY n ROWS BETWEEN UNBOUNDED PRECEDING ' ||
+          'AND UNBOUNDED FOLLOWING) last FROM (SELECT id, d, row_number() OVER () n FROM (' ||
+          sql || ') s) s) s' INTO result;
+  RETURN result;
+END $$;
+});
+	return $node->safe_psql(
+		$db, qq{
+SELECT count(*) FILTER (WHERE amr_knn('$table', center(qb), $k, true) <> amr_knn('$table', center(qb), $k, false))
+FROM (SELECT qb FROM amr_windows LIMIT $npoints) w});
 }
 
 # A digest of everything every strategy returns on every window (via the
