@@ -187,7 +187,9 @@ sub arm
 {
 	my ($spec) = @_;
 	unlink $marker;
-	$node->safe_psql('postgres',
+	# not safe_psql: the workload may reach the point, and the crash end
+	# this very session, as soon as the reload has signalled the backends
+	$node->psql('postgres',
 		"ALTER SYSTEM SET amrtree.fault_injection = '$spec'; SELECT pg_reload_conf();");
 }
 
