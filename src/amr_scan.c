@@ -38,6 +38,7 @@
 #include "storage/predicate.h"
 #include "catalog/pg_type.h"
 #include "utils/float.h"
+#include "utils/fmgroids.h"
 #include "utils/geo_decls.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -85,6 +86,7 @@ typedef struct AmrScanOpaqueData
 	bool		order_exact;	/* distances exact (box_ops), else bounds */
 	bool		order_null_arg; /* ORDER BY key <-> NULL: every distance NULL */
 	bool		knn_box_done;	/* the box side is exhausted: NULLs next */
+	int			order_fast;		/* ORDER_FAST_*: the distance without fmgr */
 	AmrBox		order_box;		/* the query point, or its value's box */
 	FmgrInfo	order_bbox_fn;	/* the query value -> box */
 	AmrKnnSearch knn;
@@ -97,6 +99,23 @@ typedef struct AmrScanOpaqueData
 } AmrScanOpaqueData;
 
 typedef AmrScanOpaqueData *AmrScanOpaque;
+
+/*
+ * Exact distances the tree core reproduces bit for bit (core/amr_geom.h,
+ * tested against PostgreSQL's functions in test/core): computed inline for
+ * keys and query points without NaN, saving an fmgr call per entry.
+ */
+#define ORDER_FAST_NONE			0
+#define ORDER_FAST_BOX_POINT	1	/* box_ops: dist_bp(box, point) */
+#define ORDER_FAST_POINT_POINT	2	/* point_ops: point_distance(point, point) */
+
+/*
+ * dist_bp's exact reproduction costs four segment projections, and most
+ * entries fed to the queue are never reached.  So a box entry goes in under
+ * a cheap lower bound (its float4 box's, which allows for dist_bp's fuzz;
+ * amr_knn_add_entry_bound), and only when it reaches the head of the queue
+ * is its distance computed (AMR_KNN_REFINE).
+ */
 
 /* An entry an ordered scan fed to the search: what to return for it. */
 struct AmrKnnHit
@@ -259,6 +278,17 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 				amr_query_box(scan->indexRelation, ok->sk_subtype, ok->sk_argument,
 							  &so->order_bbox_fn, so->scan_cxt, &so->order_box);
 			so->order_exact = so->key_exact && scan->numberOfOrderBys == 1;
+			so->order_fast = ORDER_FAST_NONE;
+			if (so->order_exact && ok->sk_subtype == POINTOID &&
+				!amr_box_has_nan(&so->order_box))
+			{
+				Oid			keytype = scan->indexRelation->rd_opcintype[0];
+
+				if (ok->sk_func.fn_oid == F_DIST_BP && keytype == BOXOID)
+					so->order_fast = ORDER_FAST_BOX_POINT;
+				else if (ok->sk_func.fn_oid == F_POINT_DISTANCE && keytype == POINTOID)
+					so->order_fast = ORDER_FAST_POINT_POINT;
+			}
 		}
 	}
 
@@ -594,7 +624,29 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 		hit = &so->hits[so->nhits];
 		memcpy(&hit->tid, &en->tid_blk_hi, sizeof(ItemPointerData));
 		hit->key = en->key;
-		if (so->order_exact)
+		if (so->order_fast != ORDER_FAST_NONE && !(en->flags & AMR_ENTRY_FLAG_NAN))
+		{
+			AmrPoint	q = {so->order_box.xlo, so->order_box.ylo};
+
+			if (so->order_fast == ORDER_FAST_BOX_POINT)
+			{
+				AmrFBox		fb = amr_fbox_from_box(&en->key);
+
+				distance = amr_fbox_point_lower_bound(&fb, &q);
+				seq = ((uint64) ItemPointerGetBlockNumberNoCheck(&hit->tid) << 16) |
+					ItemPointerGetOffsetNumberNoCheck(&hit->tid);
+				amr_knn_add_entry_bound(&so->knn, distance, seq, so->nhits);
+				so->nhits++;
+				continue;
+			}
+			else
+			{
+				AmrPoint	k = {en->key.xlo, en->key.ylo};
+
+				distance = amr_dist_point_point(&k, &q);
+			}
+		}
+		else if (so->order_exact)
 			distance = DatumGetFloat8(FunctionCall2Coll(&ok->sk_func, ok->sk_collation,
 														amr_key_value(scan->indexRelation,
 																	  &en->key),
@@ -646,6 +698,16 @@ knn_next(IndexScanDesc scan)
 		if (step == AMR_KNN_LEAF)
 		{
 			knn_read_leaf(scan, &r);
+			continue;
+		}
+		if (step == AMR_KNN_REFINE)
+		{
+			/* at the head under its bound: queue it under its distance */
+			const AmrKnnHit *hit = &so->hits[r.payload];
+			AmrPoint	q = {so->order_box.xlo, so->order_box.ylo};
+
+			amr_knn_add_entry(&so->knn, amr_dist_box_point(&hit->key, &q), r.seq,
+							  r.payload, false);
 			continue;
 		}
 		{

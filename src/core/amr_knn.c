@@ -368,6 +368,17 @@ amr_knn_next(AmrKnnSearch *s, AmrKnnResult *out)
 		}
 
 		it = pop(s);
+		if (is_entry(&it) && (it.order & AMR_KNN_ORDER_BOUND))
+		{
+			/* not returned: the caller computes and feeds its distance */
+			out->distance = it.key;
+			out->recheck = false;
+			out->seq = it.order & AMR_KNN_SEQ_MASK;
+			out->payload = it.ref;
+			out->leaf_id = AMR_INVALID_LEAF;
+			out->split_stamp = 0;
+			return AMR_KNN_REFINE;
+		}
 		if (is_entry(&it))
 		{
 			out->distance = it.key;
@@ -428,6 +439,18 @@ amr_knn_add_entry(AmrKnnSearch *s, double distance, uint64_t seq,
 	}
 	s->entries_added++;
 	push(s, distance, seq | (recheck ? AMR_KNN_ORDER_FLAG : 0), payload);
+}
+
+void
+amr_knn_add_entry_bound(AmrKnnSearch *s, double bound, uint64_t seq, uint64_t payload)
+{
+	/*
+	 * No late or already-returned check here: a bound below the last
+	 * distance returned says nothing about the distance.  Those checks run
+	 * when the entry is fed again with its distance.
+	 */
+	s->entries_added++;
+	push(s, bound, (seq & AMR_KNN_SEQ_MASK) | AMR_KNN_ORDER_BOUND, payload);
 }
 
 void

@@ -36,6 +36,8 @@
  *		release the tree lock;
  *		DONE:	stop.
  *		ENTRY:	return r.payload, r.distance, r.recheck.
+ *		REFINE:	amr_knn_add_entry(&s, distance of r.payload, r.seq,
+ *				r.payload, recheck) (an entry fed under a bound).
  *		LEAF:	read leaf r.leaf_id (under its leaf lock) and, for every
  *				live entry, amr_knn_add_entry(&s, distance, seq, payload,
  *				recheck); if the leaf's NSN exceeds r.split_stamp, also
@@ -82,7 +84,10 @@ typedef enum AmrKnnStep
 {
 	AMR_KNN_DONE = 0,			/* no entry is left */
 	AMR_KNN_LEAF,				/* read this leaf, feed its entries, call again */
-	AMR_KNN_ENTRY				/* the next entry by distance */
+	AMR_KNN_ENTRY,				/* the next entry by distance */
+	AMR_KNN_REFINE				/* an entry queued under a bound reached the
+								 * head: compute its distance and feed it
+								 * again (amr_knn_add_entry) */
 } AmrKnnStep;
 
 typedef struct AmrKnnResult
@@ -100,7 +105,9 @@ typedef struct AmrKnnResult
  * A queued item.  order: bit 63 set for nodes and leaves, so that at equal
  * keys entries come first; bit 62 a flag that takes no part in the order
  * (entry: recheck; otherwise: leaf rather than inner node); bits 0-61 the
- * caller's seq for entries, a push counter for the others.  ref: the
+ * caller's seq for entries, a push counter for the others; bit 61, for
+ * entries, that the key is only a bound (so that at equal keys entries with
+ * their distance come first).  ref: the
  * caller's payload; a node index; or a leaf id in the low 32 bits and its
  * split stamp, less split_base, in the high 32 bits.
  */
@@ -113,7 +120,9 @@ typedef struct AmrKnnItem
 
 #define AMR_KNN_ORDER_TREE		(UINT64_C(1) << 63)
 #define AMR_KNN_ORDER_FLAG		(UINT64_C(1) << 62)
-#define AMR_KNN_SEQ_MASK		(AMR_KNN_ORDER_FLAG - 1)
+/* entries only: keyed by a bound, not yet by their distance (REFINE) */
+#define AMR_KNN_ORDER_BOUND		(UINT64_C(1) << 61)
+#define AMR_KNN_SEQ_MASK		(AMR_KNN_ORDER_BOUND - 1)
 
 typedef struct AmrKnnSearch
 {
@@ -191,10 +200,21 @@ extern AmrKnnStep amr_knn_next(AmrKnnSearch *s, AmrKnnResult *out);
 /*
  * Feed one entry of the leaf last returned: its distance (at least the
  * leaf's bound; a lower bound needing recheck if recheck is set), its tie
- * order seq (below 2^62, identifying the entry) and the caller's payload.
+ * order seq (below 2^61, identifying the entry) and the caller's payload.
  */
 extern void amr_knn_add_entry(AmrKnnSearch *s, double distance, uint64_t seq,
 							  uint64_t payload, bool recheck);
+
+/*
+ * Feed an entry under a lower bound of its distance instead of the distance
+ * itself, for distances that are dear to compute: when it reaches the head
+ * of the queue, amr_knn_next returns AMR_KNN_REFINE (seq, payload, and the
+ * bound as distance) and the caller feeds it again with amr_knn_add_entry
+ * and its distance, which must not be below the bound.  Entries that never
+ * reach the head are never computed.
+ */
+extern void amr_knn_add_entry_bound(AmrKnnSearch *s, double bound, uint64_t seq,
+									uint64_t payload);
 
 /*
  * Queue a leaf the caller found by a right link, with the bound and split
