@@ -286,6 +286,14 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 	batch.images = (AmrLeaf *) TYPEALIGN(AMR_SLOT_SIZE,
 										 palloc((SSD_BATCH + 1) * AMR_SLOT_SIZE));
 
+	/*
+	 * One msync for every PMEM image and Leaf Table entry of the build where
+	 * the pool is a disk file, instead of three per leaf: the tree is
+	 * BUILDING, so a crash before the end discards it whatever reached the
+	 * file, and the batch ends before the build returns, so before its
+	 * transaction can commit (docs/design.md, "Commit points").
+	 */
+	amr_persist_batch_begin();
 	PG_TRY();
 	{
 		for (c = 0; c < nclasses; c++)
@@ -359,6 +367,7 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 		}
 		if (batch.n > 0)
 			flush_batch(index, t, &batch, nulls, leaf_items, &nleaves, bl);
+		amr_persist_batch_end();
 		build_log_flush(bl);
 		if (locked)
 		{
@@ -369,6 +378,7 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 	PG_CATCH();
 	{
 		/* the published leaves go with the tree when the transaction aborts */
+		amr_persist_batch_end();
 		release_batch(&batch);
 		PG_RE_THROW();
 	}

@@ -150,15 +150,23 @@ amr_tree_free_storage(uint32 tree_no)
 	persist_u32(&rec->state, AMR_TREE_DROPPED);
 	AMR_FAULT_POINT("drop:after_dropped_state");
 
-	/* publish lock first, as everywhere: amrtree_check sees no half state */
+	/*
+	 * publish lock first, as everywhere: amrtree_check sees no half state.
+	 * The releases go to a disk pool with one msync (amr_persist_batch_*):
+	 * the DROPPED state is durable already, and attach discards whatever is
+	 * left of a DROPPED tree, so their order does not matter; the batch
+	 * ends before the FREE state is written.
+	 */
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
 	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+	amr_persist_batch_begin();
 	for (id = 0; amr_lt_next_of_tree(s, tree_no, generation, &id, &word); id++)
 	{
 		LWLockAcquire(amr_leaf_lock(id), LW_EXCLUSIVE);
 		amr_leaf_free(t, id);
 		LWLockRelease(amr_leaf_lock(id));
 	}
+	amr_persist_batch_end();
 	amr_tree_reset_dram(t);
 	LWLockRelease(amr_tree_lock(t));
 	LWLockRelease(&amr_shared->publish_lock);

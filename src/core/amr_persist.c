@@ -93,6 +93,35 @@ amr_persist_describe(void)
 	return "unknown";
 }
 
+/*
+ * A batch (msync mode only): flushes record the range they cover instead of
+ * calling msync, and amr_persist_batch_end makes it durable with one call.
+ * Only for writes whose order does not matter until the batch ends.
+ */
+static bool msync_batching = false;
+static uintptr_t batch_lo;
+static uintptr_t batch_hi;
+
+void
+amr_persist_batch_begin(void)
+{
+	if (flush_insn != FLUSH_MSYNC)
+		return;
+	msync_batching = true;
+	batch_lo = UINTPTR_MAX;
+	batch_hi = 0;
+}
+
+void
+amr_persist_batch_end(void)
+{
+	if (!msync_batching)
+		return;
+	msync_batching = false;
+	if (batch_hi > batch_lo)
+		(void) pmem_msync((const void *) batch_lo, batch_hi - batch_lo);
+}
+
 void
 amr_flush(const void *addr, size_t len)
 {
@@ -118,6 +147,14 @@ amr_flush(const void *addr, size_t len)
 		case FLUSH_NONE:
 			break;
 		case FLUSH_MSYNC:
+			if (msync_batching)
+			{
+				if ((uintptr_t) addr < batch_lo)
+					batch_lo = (uintptr_t) addr;
+				if (end > batch_hi)
+					batch_hi = end;
+				break;
+			}
 			/* pmem_msync page-aligns the range itself */
 			(void) pmem_msync(addr, len);
 			break;

@@ -57,6 +57,16 @@ extern void amr_memcpy_nodrain(void *dst, const void *src, size_t len);
 extern void amr_store_persist_u64(volatile uint64_t *addr, uint64_t value);
 
 /*
+ * Between these two, in msync mode (a pool on a disk file), persists only
+ * note their range and the end makes it all durable with one msync; other
+ * modes are unaffected.  For a process's writes whose relative order does
+ * not matter until the end (a build: its tree is BUILDING, and a crash
+ * discards it whatever reached the file).
+ */
+extern void amr_persist_batch_begin(void);
+extern void amr_persist_batch_end(void);
+
+/*
  * Crash points for failure-atomicity tests (amrtree.fault_injection).  Every
  * persist and every commit-point switch has one on each side; the hook is
  * NULL unless a test armed a point, so a disarmed point costs one
