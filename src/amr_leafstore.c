@@ -535,8 +535,11 @@ amr_leaf_mark_dead_many(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *lea
 		else
 			(void) amr_wal_mark_dead(t, leaf_id, leaf->hdr.version, pos, n);
 	}
+	/* independent 2-byte stores: one msync for the leaf on a disk pool */
+	amr_persist_batch_begin();
 	for (i = 0; i < n; i++)
 		amr_leaf_mark_dead_pmem(leaf, pos[i]);
+	amr_persist_batch_end();
 	if (logged)
 		amr_wal_release_checkpoint();
 	END_CRIT_SECTION();
