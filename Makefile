@@ -1,10 +1,10 @@
 # amrtree: PGXS build.  See README.md for the two commands (demo, tests).
 
-EXTENSION = amrtree
+EXTENSION = amrtree amrtree_postgis
 MODULE_big = amrtree
 srcdir ?= .
 DATA = sql/amrtree--0.4.sql sql/amrtree--0.1--0.2.sql sql/amrtree--0.2--0.3.sql \
-	sql/amrtree--0.3--0.4.sql
+	sql/amrtree--0.3--0.4.sql sql/amrtree_postgis--0.1.sql
 PGFILEDESC = "amrtree - AMR-Tree index access method"
 
 CORE_OBJS = \

@@ -508,7 +508,8 @@ SHORT = {'amrtree': 'amrtree', 'amrtree_notier': 'amrtree-off', 'gist': 'GiST',
          'spgist': 'SP-GiST'}
 # the targets that later work is judged on, shown beside the ratios
 TPS_TARGETS = {'range 0.001%': '>= 1.2', 'range 0.1%': '>= 1.5', 'knn k=10': '>= 2',
-               'knn points k=10': '>= 2',
+               'knn points k=10': '>= 2', 'postgis && 0.1%': '>= 1.5',
+               'postgis && 0.001%': '>= 1.5', 'postgis && 1%': '>= 1.5',
                'insert sync 1 client': '>= 1.0', 'insert sync 2 clients': '>= 1.0'}
 
 
@@ -810,6 +811,51 @@ def cmd_compare(args):
         report_runs(res, out, qres, 'knn points k=10', configs)
         for cfg, cl in clusters.items():
             cl.sql('DROP TABLE ' + ', '.join('pts_' + am for am in pt_ams))
+        # PostGIS: the same boxes as geometries, amrtree_postgis against
+        # PostGIS's own GiST index (gist_geometry_ops_2d), where installed
+        if cl0.sql("SELECT count(*) FROM pg_available_extensions WHERE name = 'amrtree_postgis'") == '1':
+            geo_ams = ['amrtree', 'gist']
+            gbuild = {(cfg, am): [] for cfg in configs for am in geo_ams}
+            for cfg, cl in clusters.items():
+                cl.sql('CREATE EXTENSION IF NOT EXISTS amrtree_postgis CASCADE')
+                for am in geo_ams:
+                    cl.sql(f'DROP TABLE IF EXISTS geo_{am}; CREATE TABLE geo_{am} AS '
+                           f'SELECT id, ST_MakeEnvelope(b[1][0], b[1][1], b[0][0], b[0][1]) AS g '
+                           f'FROM src ORDER BY id; ALTER TABLE geo_{am} SET (autovacuum_enabled = off)')
+            for rep in range(reps):
+                for cfg, am in [(c, a) for c in configs for a in geo_ams]:
+                    cl = clusters[cfg]
+                    cl.sql(f'DROP INDEX IF EXISTS geo_{am}_g; CHECKPOINT')
+                    gbuild[(cfg, am)].append(cl.timed(f'CREATE INDEX geo_{am}_g ON geo_{am} USING {am} (g)'))
+            for cfg, cl in clusters.items():
+                for am in geo_ams:
+                    cl.sql(f'VACUUM ANALYZE geo_{am}')
+                    if am == 'amrtree':
+                        cl.sql(f"SELECT amrtree_settle('geo_{am}_g', 1)")
+            for cfg in configs:
+                m = {am: mean_sd(gbuild[(cfg, am)])[0] for am in geo_ams}
+                out[cfg]['postgis_build_s'] = m
+                for am in geo_ams:
+                    res.add(config=cfg, metric='postgis_build_time', am=am, value=m[am], unit='s')
+                log('  PostGIS build %-4s amrtree %.3f s  GiST %.3f s  (GiST time / amrtree time %.2f)'
+                    % (cfg, m['amrtree'], m['gist'], ratio(m['gist'], m['amrtree'])))
+            geo_series = [(cfg, am) for cfg in configs for am in geo_ams]
+            for s_ in sels:
+                label = 'postgis && %s' % pct(s_)
+                for rnd in range(rounds):
+                    for cfg, am in rotated(geo_series, rnd):
+                        cl = clusters[cfg]
+                        r = cl.pgbench([os.path.join(SCRIPTS, 'geo_range.sql')], clients,
+                                       seconds=seconds,
+                                       defines={'n': ncenters, 'tbl': 'geo_' + am,
+                                                'hw': windows[s_][0], 'hh': windows[s_][1]},
+                                       tag='g', logdir=os.path.join(cl.dir, 'pgbench-logs'))
+                        qres.setdefault((label, cfg, am), []).append(r)
+                report_runs(res, out, qres, label, configs)
+            for cfg, cl in clusters.items():
+                cl.sql('DROP TABLE geo_amrtree, geo_gist')
+        else:
+            log('  (PostGIS: amrtree_postgis is not available here; not measured)')
         nprobes = min(10000, ncenters)
         join = {k: [] for k in knn_series}
         for rnd in range(rounds):
@@ -945,6 +991,11 @@ def compare_ratio_lines(r):
     b = r['build_s']
     lines.append(('build speed (GiST time / time)',
                   {am: ratio(b['gist'], b[am]) for am in others}, '>= 4'))
+    if 'postgis_build_s' in r:
+        pb = r['postgis_build_s']
+        lines.append(('PostGIS build speed (GiST time / time)',
+                      {am: ratio(pb['gist'], pb[am]) if am in pb else None for am in others},
+                      '>= 4'))
     add('build WAL per row (bytes / GiST bytes)', r['build_wal_per_row'])
     add('index size (bytes / GiST bytes)', {am: v['total'] for am, v in r['size_bytes'].items()})
     for label, per in r['tps'].items():

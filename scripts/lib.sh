@@ -20,6 +20,7 @@ AMR_PG_USER="${AMR_PG_USER:-postgres}"
 
 DEB_PACKAGES=(
 	"postgresql-${PG_MAJOR}" "postgresql-server-dev-${PG_MAJOR}" postgresql-contrib
+	"postgresql-${PG_MAJOR}-postgis-3"
 	libpmemobj-dev libpmem-dev liburing-dev libipc-run-perl
 	build-essential pkg-config perl python3 rsync procps
 )

@@ -93,6 +93,14 @@ run_regress() {
 	say "pg_regress (throwaway instance, amrtree preloaded)"
 	local tests
 	tests=${AMR_REGRESS_TESTS:-$(sed -n 's/^REGRESS_TESTS[[:space:]]*=[[:space:]]*//p' "$AMR_ROOT/test/schedule.mk")}
+	if [ -z "${AMR_REGRESS_TESTS:-}" ]; then
+		# amrtree_postgis needs PostGIS (installed by install_deps)
+		if [ -f "$("$PG_BIN/pg_config" --sharedir)/extension/postgis.control" ]; then
+			tests="$tests $(sed -n 's/^POSTGIS_REGRESS_TESTS[[:space:]]*=[[:space:]]*//p' "$AMR_ROOT/test/schedule.mk")"
+		else
+			echo "SKIP amrtree_postgis: PostGIS is not installed (package postgresql-${PG_MAJOR}-postgis-3)"
+		fi
+	fi
 	write_conf "$WORK/regress/amrtree.conf" regress
 	as_pg "$WORK/regress" timeout 900 "$PG_PGXS/src/test/regress/pg_regress" \
 		--temp-instance="$WORK/regress/instance" --temp-config="$WORK/regress/amrtree.conf" \

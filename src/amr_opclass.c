@@ -37,13 +37,18 @@
 #include "amrtree.h"
 
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "catalog/pg_type.h"
+#include "utils/syscache.h"
 #include "utils/builtins.h"
 #include "utils/float.h"
 #include "utils/fmgrprotos.h"
 #include "utils/geo_decls.h"
 #include "utils/lsyscache.h"
 #include "utils/regproc.h"
+#include "parser/parse_func.h"
+#include "nodes/makefuncs.h"
+#include "nodes/value.h"
 #include "utils/rel.h"
 
 int
@@ -181,6 +186,7 @@ PG_FUNCTION_INFO_V1(amrtree_point_bbox);
 PG_FUNCTION_INFO_V1(amrtree_point_fetch);
 PG_FUNCTION_INFO_V1(amrtree_poly_bbox);
 PG_FUNCTION_INFO_V1(amrtree_circle_bbox);
+PG_FUNCTION_INFO_V1(amrtree_float4_bbox);
 
 /* A point's box: the point itself, degenerate. */
 Datum
@@ -230,5 +236,85 @@ amrtree_circle_bbox(PG_FUNCTION_ARGS)
 	b->low.y = float8_mi(c->center.y, c->radius);
 	b->high.x = float8_pl(c->center.x, c->radius);
 	b->high.y = float8_pl(c->center.y, c->radius);
+	PG_RETURN_BOX_P(b);
+}
+
+/*
+ * The float4 bounding box of a value of another extension's type, through
+ * that type's own SQL-callable "box(T) RETURNS box" found in the type's
+ * schema (for PostGIS geometry: box(geometry), which gives the box PostGIS
+ * caches in the value or computes), rounded outward to float4.  PostGIS's
+ * index operators compare exactly those float4 boxes (its BOX2DF), so the
+ * key must be that box, not the float8 one: two geometries whose float4
+ * boxes touch while their float8 boxes do not satisfy "&&".  A value
+ * without extent (box() returns NULL: an empty geometry) gets a NaN box.
+ * Declared by amrtree_postgis as its support function 1; the declared
+ * argument type, not the call site's, names T.
+ */
+static Oid
+type_namespace(Oid typid)
+{
+	HeapTuple	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(typid));
+	Oid			nsp;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for type %u", typid);
+	nsp = ((Form_pg_type) GETSTRUCT(tup))->typnamespace;
+	ReleaseSysCache(tup);
+	return nsp;
+}
+
+typedef struct Float4BboxCache
+{
+	Oid			argtype;
+	FmgrInfo	box_fn;
+} Float4BboxCache;
+
+Datum
+amrtree_float4_bbox(PG_FUNCTION_ARGS)
+{
+	Float4BboxCache *cache = (Float4BboxCache *) fcinfo->flinfo->fn_extra;
+	BOX		   *b = (BOX *) palloc(sizeof(BOX));
+	LOCAL_FCINFO(inner, 1);
+	Datum		result;
+
+	if (cache == NULL)
+	{
+		Oid		   *argtypes;
+		int			nargs;
+		Oid			boxfn;
+		List	   *name;
+
+		get_func_signature(fcinfo->flinfo->fn_oid, &argtypes, &nargs);
+		if (nargs != 1)
+			elog(ERROR, "amrtree_float4_bbox must be declared with one argument");
+		name = list_make2(makeString(get_namespace_name(type_namespace(argtypes[0]))),
+						  makeString("box"));
+		boxfn = LookupFuncName(name, 1, argtypes, true);
+		if (!OidIsValid(boxfn) || get_func_rettype(boxfn) != BOXOID)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_FUNCTION),
+					 errmsg("type %s has no function box(%s) returning box in its schema",
+							format_type_be(argtypes[0]), format_type_be(argtypes[0])),
+					 errdetail("amrtree takes the bounding box of such values from that function.")));
+		cache = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(Float4BboxCache));
+		cache->argtype = argtypes[0];
+		fmgr_info_cxt(boxfn, &cache->box_fn, fcinfo->flinfo->fn_mcxt);
+		fcinfo->flinfo->fn_extra = cache;
+	}
+
+	InitFunctionCallInfoData(*inner, &cache->box_fn, 1, PG_GET_COLLATION(), NULL, NULL);
+	inner->args[0] = fcinfo->args[0];
+	result = FunctionCallInvoke(inner);
+	if (inner->isnull)
+	{
+		b->low.x = b->low.y = b->high.x = b->high.y = get_float8_nan();
+		PG_RETURN_BOX_P(b);
+	}
+	*b = *DatumGetBoxP(result);
+	b->low.x = amr_round_down(b->low.x);
+	b->low.y = amr_round_down(b->low.y);
+	b->high.x = amr_round_up(b->high.x);
+	b->high.y = amr_round_up(b->high.y);
 	PG_RETURN_BOX_P(b);
 }

@@ -2,3 +2,6 @@
 # include them too).
 REGRESS_TESTS = amrtree_basic amrtree_privileges amrtree_gist_parity amrtree_opclasses amrtree_temp amrtree_parity amrtree_maintenance amrtree_tiering
 ISOLATION_TESTS = insert_scan insert_vacuum drop_concurrently predicate_lock knn_insert_vacuum
+# Run after the others, only where PostGIS is installed (scripts/test.sh
+# says SKIP otherwise): it creates the postgis extension.
+POSTGIS_REGRESS_TESTS = amrtree_postgis

@@ -1,0 +1,308 @@
+--
+-- amrtree_postgis: the operator class geometry_ops_2d answers each of
+-- PostGIS's 2-D operators exactly as a sequential scan and as PostGIS's own
+-- GiST index do, in index scans and bitmap scans, and ORDER BY <-> / <#>
+-- returns rows in the order of a sequential scan's sort.  Data: every kind
+-- of geometry (points, lines, polygons with holes, multi*, collections,
+-- curves, Z/M, empty ones), NULLs, duplicates, geometries whose exact boxes
+-- are disjoint but whose float4 boxes (what PostGIS's operators compare)
+-- touch, very large, infinite, NaN and tiny coordinates, and a few thousand
+-- random geometries for trees of several levels.
+--
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS amrtree_postgis CASCADE;
+RESET client_min_messages;
+SET search_path = public, amrtree_postgis;
+SELECT setseed(0.42);
+
+-- the operator class validates, and is the default for geometry
+SELECT opcname, opcdefault, amvalidate(oid) FROM pg_opclass
+WHERE opcmethod = (SELECT oid FROM pg_am WHERE amname = 'amrtree')
+  AND opcintype = 'geometry'::regtype;
+-- the same operators with the same strategies as PostGIS's GiST class
+SELECT a.amopstrategy, a.amopopr::regoperator, a.amoppurpose,
+       a.amopopr = g.amopopr AND a.amoppurpose = g.amoppurpose AS same_as_gist
+FROM pg_amop a
+LEFT JOIN pg_amop g ON g.amopfamily = (SELECT opcfamily FROM pg_opclass WHERE opcname = 'gist_geometry_ops_2d')
+                   AND g.amopstrategy = a.amopstrategy
+WHERE a.amopfamily = (SELECT opcfamily FROM pg_opclass WHERE opcname = 'geometry_ops_2d'
+                      AND opcmethod = (SELECT oid FROM pg_am WHERE amname = 'amrtree'))
+ORDER BY a.amopstrategy;
+
+-- ---- the key: PostGIS's float4 box, rounded outward ----
+-- 0.1 is not a float: its box is the two floats around it.  The exact
+-- boxes of the two points are disjoint, their float4 boxes overlap, and
+-- PostGIS's && says they overlap.
+SELECT geometry_bbox('POINT(0.1 0.1)') AS around_0_1,
+       geometry_bbox('POINT(0.5 -2)') AS exact_floats,
+       geometry_bbox('POINT(1e300 -1e300)') AS beyond_float,
+       geometry_bbox('POINT(1e-300 0)') AS tiny,
+       geometry_bbox('POINT EMPTY') AS empty,
+       geometry_bbox('GEOMETRYCOLLECTION(POINT EMPTY)') AS empty_collection;
+SELECT 'POINT(0.1 0.1)'::geometry && 'POINT(0.10000000001 0.1)'::geometry AS float_boxes_overlap,
+       ST_XMax('POINT(0.1 0.1)'::geometry) < ST_XMin('POINT(0.10000000001 0.1)'::geometry) AS exact_boxes_apart;
+
+-- ---- data ----
+CREATE TABLE pg_geom (id serial, g geometry);
+INSERT INTO pg_geom (g) SELECT g::geometry FROM unnest(ARRAY[
+  'POINT(0 0)', 'POINT(1 1)', 'POINT(1 1)', 'POINT(-3 4)', 'POINT(0.1 0.1)',
+  'POINT(0.1000000001 0.1)', 'POINT(0.0999999999 0.1)',
+  'LINESTRING(0 0, 10 10)', 'LINESTRING(0.1 0.1, 0.1000000001 5)', 'LINESTRING(-5 -5, -5 5)',
+  'POLYGON((0 0, 4 0, 4 4, 0 4, 0 0))', 'POLYGON((0 0, 4 0, 4 4, 0 4, 0 0))',
+  'POLYGON((0 0, 10 0, 10 10, 0 10, 0 0), (2 2, 8 2, 8 8, 2 8, 2 2))',
+  'POLYGON((0.3 0.3, 0.7 0.3, 0.5 0.7, 0.3 0.3))',
+  'MULTIPOINT((1 1), (3 3), (-2 5))', 'MULTILINESTRING((0 0, 1 1), (5 5, 6 7))',
+  'MULTIPOLYGON(((0 0, 1 0, 1 1, 0 0)), ((5 5, 6 5, 6 6, 5 5)))',
+  'GEOMETRYCOLLECTION(POINT(2 3), LINESTRING(4 4, 5 6), POLYGON((7 7, 8 7, 8 8, 7 7)))',
+  'GEOMETRYCOLLECTION(POINT(1 1), GEOMETRYCOLLECTION EMPTY)',
+  'POINT EMPTY', 'LINESTRING EMPTY', 'POLYGON EMPTY', 'MULTIPOINT EMPTY', 'MULTIPOLYGON EMPTY',
+  'GEOMETRYCOLLECTION EMPTY', 'GEOMETRYCOLLECTION(POINT EMPTY, LINESTRING EMPTY)',
+  'POINT Z (1 2 3)', 'LINESTRING M (0 0 1, 2 2 3)', 'POINT ZM (3 3 3 3)',
+  'CIRCULARSTRING(0 0, 1 1, 2 0)', 'CURVEPOLYGON(CIRCULARSTRING(0 0, 4 0, 4 4, 0 4, 0 0))',
+  'POINT(1e30 1e30)', 'POINT(1.0000001e30 1e30)', 'LINESTRING(-1e38 -1e38, 1e38 1e38)',
+  'POINT(1e300 -1e300)', 'POINT(3.5e38 0)', 'POINT(1e-40 1e-40)', 'POINT(-1e-300 1e-300)',
+  'POINT(1e-45 0)', 'POINT(16777216 16777216)', 'POINT(16777217 16777217)',
+  'POINT(16777218 16777218)']) g;
+INSERT INTO pg_geom (g) VALUES (NULL), (NULL), (ST_MakePoint('Infinity', 0)),
+  (ST_MakePoint('-Infinity', '-Infinity')), (ST_MakeLine(ST_MakePoint(0, 0), ST_MakePoint(1, 'Infinity'))),
+  (ST_MakePoint('NaN', 'NaN')), (ST_MakePoint('NaN', 1)), (ST_MakePoint(2, 'NaN'));
+-- exact boxes apart by less than float4 resolution: one float4 box each
+INSERT INTO pg_geom (g)
+SELECT CASE i % 3
+  WHEN 0 THEN ST_MakePoint(0.1 + k * 1e-9, 0.2)
+  WHEN 1 THEN ST_MakeLine(ST_MakePoint(0.3 + k * 1e-9, -1), ST_MakePoint(0.3 + k * 1e-9, 1))
+  ELSE ST_MakeEnvelope(0.5 + k * 1e-9, 0.5, 0.7, 0.7 + k * 1e-9) END
+FROM generate_series(-20, 20) k, generate_series(0, 2) i;
+-- random geometries of every kind, NULL and empty ones among them
+INSERT INTO pg_geom (g)
+SELECT CASE WHEN i % 97 = 0 THEN NULL
+            WHEN i % 89 = 0 THEN 'POLYGON EMPTY'::geometry
+            ELSE CASE i % 7
+  WHEN 0 THEN ST_MakePoint(x, y)
+  WHEN 1 THEN ST_MakeLine(ST_MakePoint(x, y), ST_MakePoint(x + w, y + h))
+  WHEN 2 THEN ST_MakeEnvelope(x, y, x + w, y + h)
+  WHEN 3 THEN ST_Collect(ST_MakePoint(x, y), ST_MakePoint(x + w, y - h))
+  WHEN 4 THEN ST_Multi(ST_MakeEnvelope(x, y, x + w, y + h))
+  WHEN 5 THEN ST_Collect(ST_MakePoint(x, y), ST_MakeLine(ST_MakePoint(x + w, y), ST_MakePoint(x, y + h)))
+  ELSE ST_MakePolygon(ST_MakeLine(ARRAY[ST_MakePoint(x, y), ST_MakePoint(x + w, y),
+                                        ST_MakePoint(x, y + h), ST_MakePoint(x, y)])) END END
+FROM (SELECT i, random() * 200 - 100 x, random() * 200 - 100 y, random() * 5 w, random() * 5 h
+      FROM generate_series(1, 3000) i) s;
+-- on a grid: duplicates, shared edges, degenerate boxes
+INSERT INTO pg_geom (g)
+SELECT CASE i % 3
+  WHEN 0 THEN ST_MakePoint(x, y)
+  WHEN 1 THEN ST_MakeEnvelope(x, y, x + w, y + h)
+  ELSE ST_MakeLine(ST_MakePoint(x, y), ST_MakePoint(x + w, y + h)) END
+FROM (SELECT i, round(random() * 40) / 2 - 10 x, round(random() * 40) / 2 - 10 y,
+             round(random() * 2) / 2 w, round(random() * 2) / 2 h
+      FROM generate_series(1, 1500) i) s;
+
+-- the key holds only float4 values and covers the exact box
+SELECT count(*) AS rows,
+       count(*) FILTER (WHERE NOT ST_IsEmpty(g)) AS non_empty,
+       count(*) FILTER (WHERE NOT ST_IsEmpty(g) AND
+                        (b[0])[0]::float4::float8 IS DISTINCT FROM (b[0])[0] OR
+                        (b[0])[1]::float4::float8 IS DISTINCT FROM (b[0])[1] OR
+                        (b[1])[0]::float4::float8 IS DISTINCT FROM (b[1])[0] OR
+                        (b[1])[1]::float4::float8 IS DISTINCT FROM (b[1])[1])) AS not_float4,
+       count(*) FILTER (WHERE NOT ST_IsEmpty(g) AND NOT (b @> box(g))
+                        AND ST_XMin(g) >= -3.4e38 AND ST_YMin(g) >= -3.4e38
+                        AND ST_XMax(g) <= 3.4e38 AND ST_YMax(g) <= 3.4e38) AS not_covering,
+       count(*) FILTER (WHERE ST_IsEmpty(g) AND b::text <> '(NaN,NaN),(NaN,NaN)') AS empty_not_nan
+FROM (SELECT g, geometry_bbox(g) b FROM pg_geom WHERE g IS NOT NULL) s;
+
+-- pg_geom with an amrtree index (default operator class); the same rows
+-- with PostGIS's GiST index
+CREATE TABLE pg_geom_gist AS SELECT * FROM pg_geom;
+CREATE INDEX pg_geom_amr ON pg_geom USING amrtree (g);
+CREATE INDEX pg_geom_gist_idx ON pg_geom_gist USING gist (g);
+SELECT c.relname, o.opcname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_opclass o ON o.oid = i.indclass[0] WHERE c.relname = 'pg_geom_amr';
+VACUUM ANALYZE pg_geom, pg_geom_gist;
+
+-- ---- search operators ----
+CREATE TABLE pg_q (qn serial, q geometry);
+INSERT INTO pg_q (q) SELECT q::geometry FROM unnest(ARRAY[
+  'POINT(0 0)', 'POINT(1 1)', 'POINT(-3 4)', 'POINT(0.10000000005 0.2)', 'POINT(0.1 0.1)',
+  'POLYGON((0 0, 10 0, 10 10, 0 10, 0 0))', 'POLYGON((0 0, 4 0, 4 4, 0 4, 0 0))',
+  'POLYGON((-50 -50, 50 -50, 50 50, -50 50, -50 -50))', 'LINESTRING(-100 0, 100 0)',
+  'POLYGON((0.3 0.3, 0.499999999 0.3, 0.499999999 0.499999999, 0.3 0.499999999, 0.3 0.3))',
+  'LINESTRING(0.3000000001 -1, 0.3000000001 1)', 'MULTIPOINT((-20 -20), (20 20))',
+  'GEOMETRYCOLLECTION(POINT(5 5), LINESTRING(-5 -5, -6 -6))', 'CIRCULARSTRING(0 0, 1 1, 2 0)',
+  'POINT EMPTY', 'GEOMETRYCOLLECTION EMPTY', 'POINT(1e30 1e30)',
+  'LINESTRING(-1e300 -1e300, 1e300 1e300)', 'POINT(1e-40 1e-40)', 'POINT(16777217 16777217)',
+  'POINT(-7.5 3)', 'POLYGON((-10 -10, -9.5 -10, -9.5 -9.5, -10 -9.5, -10 -10))']) q;
+INSERT INTO pg_q (q) VALUES (ST_MakePoint('Infinity', 0)), (ST_MakePoint('NaN', 'NaN'));
+
+-- ids of the rows of tbl where "g <op> q" with only the given scan allowed;
+-- the plan is checked, so that no comparison passes on two sequential scans
+CREATE FUNCTION pg_ids(tbl text, op text, q geometry, scan text)
+RETURNS int[] LANGUAGE plpgsql AS $$
+DECLARE
+  sql text := format('SELECT id FROM %s WHERE g %s %L::geometry', tbl, op, q);
+  idx text := CASE WHEN tbl = 'pg_geom' THEN 'pg_geom_amr' ELSE 'pg_geom_gist_idx' END;
+  plan text := '';
+  r record;
+  ids int[];
+BEGIN
+  PERFORM set_config('enable_seqscan', CASE WHEN scan = 'seq' THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_indexscan', CASE WHEN scan = 'index' THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_indexonlyscan', 'off', true);
+  PERFORM set_config('enable_bitmapscan', CASE WHEN scan = 'bitmap' THEN 'on' ELSE 'off' END, true);
+  FOR r IN EXECUTE 'EXPLAIN (COSTS OFF) ' || sql LOOP
+    plan := plan || r."QUERY PLAN" || E'\n';
+  END LOOP;
+  IF scan = 'index' AND plan NOT LIKE '%Index Scan using ' || idx || ' %' OR
+     scan = 'bitmap' AND plan NOT LIKE '%Bitmap Index Scan on ' || idx || E'\n%' OR
+     scan = 'seq' AND plan NOT LIKE '%Seq Scan on%' THEN
+    RAISE EXCEPTION 'plan does not use a % scan: %', scan, plan;
+  END IF;
+  EXECUTE 'SELECT coalesce(array_agg(id ORDER BY id), ''{}'') FROM (' || sql || ') s' INTO ids;
+  PERFORM set_config('enable_seqscan', 'on', true);
+  PERFORM set_config('enable_indexscan', 'on', true);
+  PERFORM set_config('enable_indexonlyscan', 'on', true);
+  PERFORM set_config('enable_bitmapscan', 'on', true);
+  RETURN ids;
+END $$;
+
+CREATE TABLE pg_result AS
+SELECT op, qn, q,
+       pg_ids('pg_geom', op, q, 'seq') AS seq,
+       pg_ids('pg_geom', op, q, 'index') AS amr_index,
+       pg_ids('pg_geom', op, q, 'bitmap') AS amr_bitmap,
+       pg_ids('pg_geom_gist', op, q, 'index') AS gist_index
+FROM unnest(ARRAY['<<', '&<', '&&', '&>', '>>', '~=', '~', '@', '&<|', '<<|', '|>>', '|&>']) op,
+     pg_q;
+
+SELECT op, count(*) AS comparisons,
+       count(*) FILTER (WHERE amr_index <> seq) AS index_vs_seq,
+       count(*) FILTER (WHERE amr_bitmap <> seq) AS bitmap_vs_seq,
+       count(*) FILTER (WHERE gist_index <> seq) AS gist_vs_seq,
+       count(*) FILTER (WHERE cardinality(seq) > 0) AS queries_with_rows
+FROM pg_result GROUP BY op ORDER BY op;
+SELECT op, qn, ST_AsText(q) AS q, cardinality(seq) AS seq, cardinality(amr_index) AS amr_index,
+       cardinality(amr_bitmap) AS amr_bitmap, cardinality(gist_index) AS gist_index
+FROM pg_result
+WHERE amr_index <> seq OR amr_bitmap <> seq OR gist_index <> seq
+ORDER BY op, qn LIMIT 10;
+-- pairs that only the float4 boxes make overlap (the exact boxes are
+-- apart): each was found by the index scan, as every pair above
+SELECT count(*) AS float_only_pairs FROM pg_geom t, pg_q
+WHERE t.g && q AND NOT (ST_XMin(t.g) <= ST_XMax(q) AND ST_XMin(q) <= ST_XMax(t.g) AND
+                        ST_YMin(t.g) <= ST_YMax(q) AND ST_YMin(q) <= ST_YMax(t.g));
+
+-- rows are decided by the operator, rechecked on the heap row
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+EXPLAIN (COSTS OFF) SELECT id FROM pg_geom WHERE g && 'POINT(0.1 0.1)'::geometry;
+SELECT array_agg(id ORDER BY id) FROM pg_geom WHERE g && 'POINT(0.1 0.1)'::geometry;
+SELECT count(*) FROM pg_geom WHERE g IS NULL;
+SELECT count(*) FROM pg_geom WHERE g ~= 'POINT EMPTY'::geometry;
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+
+-- ---- KNN ----
+-- The first k rows by "g <op> q" (op <-> or <#>) with only the given scan
+-- allowed (an index scan must do the ordering itself), as text: the
+-- distances in the order returned, and the ids of the rows closer than the
+-- last one, sorted (rows tied with the last one may differ between two
+-- correct answers).
+CREATE FUNCTION pg_knn(tbl text, op text, q geometry, k int, scan text, filter text DEFAULT 'true')
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  sql text := format('SELECT id, g %s %L::geometry AS d FROM %s WHERE %s ORDER BY g %s %L::geometry LIMIT %s',
+                     op, q, tbl, filter, op, q, k);
+  idx text := CASE WHEN tbl = 'pg_geom' THEN 'pg_geom_amr' ELSE 'pg_geom_gist_idx' END;
+  plan text := '';
+  r record;
+  result text;
+BEGIN
+  PERFORM set_config('enable_seqscan', CASE WHEN scan = 'seq' THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_indexscan', CASE WHEN scan = 'index' THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_bitmapscan', 'off', true);
+  FOR r IN EXECUTE 'EXPLAIN (COSTS OFF) ' || sql LOOP
+    plan := plan || r."QUERY PLAN" || E'\n';
+  END LOOP;
+  IF scan = 'index' AND (plan NOT LIKE '%Index Scan using ' || idx || ' %' OR
+                         plan NOT LIKE '%Order By: (g ' || op || ' %') OR
+     scan = 'seq' AND plan NOT LIKE '%Seq Scan on%' THEN
+    RAISE EXCEPTION 'plan does not use a % scan: %', scan, plan;
+  END IF;
+  EXECUTE 'SELECT coalesce(array_agg(d ORDER BY n), ''{}'')::text || '' '' || ' ||
+          'coalesce(array_agg(id ORDER BY d, id) FILTER (WHERE d < last OR last IS NULL AND d IS NOT NULL), ''{}'')::text ' ||
+          'FROM (SELECT id, d, n, last_value(d) OVER (ORDER BY n ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) last ' ||
+          'FROM (SELECT id, d, row_number() OVER () n FROM (' || sql || ') s) s) s' INTO result;
+  PERFORM set_config('enable_seqscan', 'on', true);
+  PERFORM set_config('enable_indexscan', 'on', true);
+  PERFORM set_config('enable_bitmapscan', 'on', true);
+  RETURN result;
+END $$;
+
+CREATE TABLE pg_knn_q (q geometry);
+INSERT INTO pg_knn_q SELECT q::geometry FROM unnest(ARRAY[
+  'POINT(0 0)', 'POINT(0.1 0.2)', 'POINT(55.5 -20.25)', 'POINT(1000 1000)', 'POINT(1e30 1e30)',
+  'POINT(-9.75 -9.75)', 'POLYGON((0 0, 10 0, 10 10, 0 10, 0 0))',
+  'POLYGON((-30 -30, -20 -30, -25 -20, -30 -30))', 'LINESTRING(-100 0, 100 0)',
+  'MULTIPOINT((-60 60), (60 -60))', 'POINT EMPTY']) q;
+CREATE TABLE pg_knn_result AS
+SELECT op, ST_AsText(q) AS q, k,
+       pg_knn('pg_geom', op, q, k, 'seq') AS seq,
+       pg_knn('pg_geom', op, q, k, 'index') AS amr_index,
+       pg_knn('pg_geom_gist', op, q, k, 'index') AS gist_index
+FROM unnest(ARRAY['<->', '<#>']) op, pg_knn_q, unnest(ARRAY[1, 10, 100]) k;
+SELECT op, count(*) AS comparisons,
+       count(*) FILTER (WHERE amr_index <> seq) AS index_vs_seq,
+       count(*) FILTER (WHERE gist_index <> seq) AS gist_vs_seq
+FROM pg_knn_result GROUP BY op ORDER BY op;
+SELECT op, q, k, left(seq, 60) AS seq, left(amr_index, 60) AS amr_index FROM pg_knn_result
+WHERE amr_index <> seq ORDER BY op, q, k LIMIT 5;
+
+-- every row (NULL distances last), and with a search condition too
+SELECT op,
+       pg_knn('pg_geom', op, 'POINT(1 1)', 100000, 'index') =
+       pg_knn('pg_geom', op, 'POINT(1 1)', 100000, 'seq') AS all_rows_match,
+       pg_knn('pg_geom', op, 'POINT(1 1)', 50, 'index', 'g && ''POLYGON((0 0, 9 0, 9 9, 0 0))''::geometry') =
+       pg_knn('pg_geom', op, 'POINT(1 1)', 50, 'seq', 'g && ''POLYGON((0 0, 9 0, 9 9, 0 0))''::geometry') AS filtered_match
+FROM unnest(ARRAY['<->', '<#>']) op ORDER BY op;
+
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT id FROM pg_geom ORDER BY g <-> 'POINT(1 1)'::geometry LIMIT 3;
+SELECT id, ST_AsText(g), g <-> 'POINT(1 1)'::geometry AS d FROM pg_geom
+ORDER BY g <-> 'POINT(1 1)'::geometry, id LIMIT 4;
+SELECT id, ST_AsText(g), g <#> 'POLYGON((0 0, 1 0, 1 1, 0 0))'::geometry AS d FROM pg_geom
+ORDER BY g <#> 'POLYGON((0 0, 1 0, 1 1, 0 0))'::geometry, id LIMIT 4;
+-- nearest-neighbour join: a rescan per outer row
+SELECT count(*) AS probes, count(*) FILTER (WHERE n.id IS NOT NULL) AS found
+FROM (SELECT ST_MakePoint(i * 7, -i * 5) AS p FROM generate_series(-10, 10) i) probes
+CROSS JOIN LATERAL (SELECT id FROM pg_geom ORDER BY g <-> probes.p LIMIT 1) n;
+RESET enable_seqscan;
+
+-- ---- after inserts that split leaves, deletes and VACUUM ----
+INSERT INTO pg_geom (g)
+SELECT CASE WHEN i % 2 = 0 THEN ST_MakePoint(x, y) ELSE ST_MakeEnvelope(x, y, x + 0.25, y + 0.25) END
+FROM (SELECT i, random() * 10 x, random() * 10 y FROM generate_series(1, 3000) i) s;
+INSERT INTO pg_geom (g) VALUES ('POINT EMPTY'), (NULL), ('POINT(0.1000000002 0.2)');
+DELETE FROM pg_geom WHERE id % 5 = 0;
+VACUUM pg_geom;
+SELECT amrtree_check('pg_geom_amr');
+SELECT count(*) AS comparisons,
+       count(*) FILTER (WHERE pg_ids('pg_geom', op, q, 'index') <> pg_ids('pg_geom', op, q, 'seq')) AS index_vs_seq,
+       count(*) FILTER (WHERE pg_ids('pg_geom', op, q, 'bitmap') <> pg_ids('pg_geom', op, q, 'seq')) AS bitmap_vs_seq
+FROM unnest(ARRAY['<<', '&<', '&&', '&>', '>>', '~=', '~', '@', '&<|', '<<|', '|>>', '|&>']) op, pg_q;
+SELECT count(*) AS comparisons,
+       count(*) FILTER (WHERE pg_knn('pg_geom', op, q, 25, 'index') <> pg_knn('pg_geom', op, q, 25, 'seq')) AS knn_vs_seq
+FROM unnest(ARRAY['<->', '<#>']) op, pg_knn_q;
+
+-- a REINDEX builds the same answers
+REINDEX INDEX pg_geom_amr;
+SELECT count(*) AS comparisons,
+       count(*) FILTER (WHERE pg_ids('pg_geom', op, q, 'index') <> pg_ids('pg_geom', op, q, 'seq')) AS index_vs_seq
+FROM unnest(ARRAY['&&', '~', '@', '~=']) op, pg_q;
+
+DROP TABLE pg_geom, pg_geom_gist, pg_q, pg_result, pg_knn_q, pg_knn_result;
+DROP FUNCTION pg_ids(text, text, geometry, text);
+DROP FUNCTION pg_knn(text, text, geometry, int, text, text);
+-- PostGIS cannot be dropped from under the operator class
+DROP EXTENSION postgis;
+DROP EXTENSION amrtree_postgis;

@@ -1,0 +1,162 @@
+--
+-- amrtree_postgis: the geometry operator class answers every operator of
+-- PostGIS's gist_geometry_ops_2d exactly as a sequential scan and as
+-- PostGIS's GiST index do, and orders by <-> and <#> as a sequential scan's
+-- sort does, on points, lines, polygons, collections, empty geometries,
+-- NULLs, duplicates, huge and tiny coordinates, and geometries whose float4
+-- boxes touch while their float8 boxes do not.
+--
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS amrtree_postgis CASCADE;
+RESET client_min_messages;
+SELECT setseed(0.5);
+
+SELECT opcname, amvalidate(oid) FROM pg_opclass
+WHERE opcmethod = (SELECT oid FROM pg_am WHERE amname = 'amrtree') AND opcname = 'geometry_ops_2d';
+
+CREATE TABLE pg_geo (id serial, g geometry);
+INSERT INTO pg_geo (g) VALUES
+  ('POINT(0 0)'), ('POINT(1 1)'), ('POINT(1 1)'), ('LINESTRING(0 0, 10 10)'),
+  ('POLYGON((0 0, 4 0, 4 4, 0 4, 0 0))'), ('POLYGON((5 5, 6 5, 6 6, 5 5))'),
+  ('MULTIPOINT((2 2), (8 8))'), ('GEOMETRYCOLLECTION(POINT(3 3), LINESTRING(7 0, 9 1))'),
+  ('POINT EMPTY'), ('POLYGON EMPTY'), ('GEOMETRYCOLLECTION EMPTY'), (NULL), (NULL),
+  ('POINT(1e30 -1e30)'), ('LINESTRING(-1e-30 -1e-30, 1e-30 1e-30)'),
+  -- float8 boxes a hair apart whose float4 boxes (rounded outward) touch
+  ('POINT(100.000001 50)'), ('POINT(100.0000011 50)'), ('LINESTRING(100.0000012 50, 101 51)'),
+  ('POLYGON((100.0000013 49, 102 49, 102 50.0000001, 100.0000013 49))');
+INSERT INTO pg_geo (g)
+SELECT CASE i % 4
+         WHEN 0 THEN ST_MakePoint(x, y)
+         WHEN 1 THEN ST_MakeLine(ST_MakePoint(x, y), ST_MakePoint(x + w, y + h))
+         WHEN 2 THEN ST_MakeEnvelope(x, y, x + w, y + h)
+         ELSE ST_Buffer(ST_MakePoint(x, y), w, 2) END
+FROM (SELECT i, random() * 200 - 100 x, random() * 100 - 50 y, random() * 3 w, random() * 3 h
+      FROM generate_series(1, 4000) i) s;
+
+CREATE TABLE pg_amr AS SELECT * FROM pg_geo;
+CREATE TABLE pg_gist AS SELECT * FROM pg_geo;
+CREATE INDEX pg_amr_g ON pg_amr USING amrtree (g);
+CREATE INDEX pg_gist_g ON pg_gist USING gist (g);
+VACUUM ANALYZE pg_amr;
+VACUUM ANALYZE pg_gist;
+SELECT amrtree_check('pg_amr_g');
+
+CREATE TABLE pg_q (q geometry);
+INSERT INTO pg_q VALUES ('POINT(1 1)'), ('POLYGON((0 0, 4 0, 4 4, 0 4, 0 0))'),
+  ('LINESTRING(-50 -20, 50 20)'), ('POINT(100.0000011 50)'), ('POINT(100.000001 50)'),
+  ('POLYGON((-100 -50, 100 -50, 100 50, -100 50, -100 -50))'), ('MULTIPOINT((5 5), (-5 -5))'),
+  ('POINT EMPTY'), ('POLYGON((100 49, 103 49, 103 52, 100 49))');
+INSERT INTO pg_q SELECT ST_MakeEnvelope(x, y, x + 10, y + 5)
+FROM (SELECT random() * 200 - 100 x, random() * 100 - 50 y FROM generate_series(1, 6)) s;
+
+CREATE TABLE pg_ops (op text);
+INSERT INTO pg_ops VALUES ('<<'), ('&<'), ('&&'), ('&>'), ('>>'), ('~='), ('~'), ('@'),
+  ('&<|'), ('<<|'), ('|>>'), ('|&>');
+
+-- ids matching "g <op> q" with only the given scan allowed (plan checked)
+CREATE FUNCTION pg_ids(tbl text, op text, q geometry, scan text)
+RETURNS int[] LANGUAGE plpgsql AS $$
+DECLARE
+  sql text := format('SELECT id FROM %s WHERE g %s %L::geometry', tbl, op, q);
+  plan text := '';
+  r record;
+  ids int[];
+BEGIN
+  PERFORM set_config('enable_seqscan', CASE WHEN scan = 'seq' THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_indexscan', CASE WHEN scan = 'index' THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_bitmapscan', CASE WHEN scan = 'bitmap' THEN 'on' ELSE 'off' END, true);
+  FOR r IN EXECUTE 'EXPLAIN (COSTS OFF) ' || sql LOOP
+    plan := plan || r."QUERY PLAN" || E'\n';
+  END LOOP;
+  IF scan = 'index' AND plan NOT LIKE '%Index Scan using%' OR
+     scan = 'bitmap' AND plan NOT LIKE '%Bitmap Index Scan on%' OR
+     scan = 'seq' AND plan NOT LIKE '%Seq Scan on%' THEN
+    RAISE EXCEPTION 'plan does not use a % scan: %', scan, plan;
+  END IF;
+  EXECUTE 'SELECT coalesce(array_agg(id ORDER BY id), ''{}'') FROM (' || sql || ') s' INTO ids;
+  PERFORM set_config('enable_seqscan', 'on', true);
+  PERFORM set_config('enable_indexscan', 'on', true);
+  PERFORM set_config('enable_bitmapscan', 'on', true);
+  RETURN ids;
+END $$;
+
+CREATE TABLE pg_result AS
+SELECT op, q,
+       pg_ids('pg_amr', op, q, 'seq') AS seq,
+       pg_ids('pg_amr', op, q, 'index') AS amr_index,
+       pg_ids('pg_amr', op, q, 'bitmap') AS amr_bitmap,
+       pg_ids('pg_gist', op, q, 'index') AS gist_index
+FROM pg_ops, pg_q;
+-- amrtree is held to the sequential scan everywhere, and to PostGIS's GiST
+-- where GiST agrees with the sequential scan: GiST does not recheck ~ and @
+-- on points whose float4 boxes grow when rounded, nor ~= on empty
+-- geometries, and returns rows the operator rejects (or misses some)
+SELECT count(*) AS comparisons,
+       count(*) FILTER (WHERE amr_index <> seq) AS index_vs_seq,
+       count(*) FILTER (WHERE amr_bitmap <> seq) AS bitmap_vs_seq,
+       count(*) FILTER (WHERE gist_index = seq AND amr_index <> gist_index) AS amrtree_vs_gist,
+       count(*) FILTER (WHERE gist_index <> seq) AS gist_vs_seq,
+       count(*) FILTER (WHERE cardinality(seq) > 0) AS queries_with_rows
+FROM pg_result;
+SELECT op, left(ST_AsText(q), 40) AS q, cardinality(seq) AS seq, cardinality(amr_index) AS amr_index,
+       cardinality(amr_bitmap) AS amr_bitmap
+FROM pg_result WHERE amr_index <> seq OR amr_bitmap <> seq LIMIT 5;
+-- the rows whose float4 boxes touch: && finds what PostGIS finds
+SELECT pg_ids('pg_amr', '&&', 'POINT(100.0000011 50)', 'index') AS touching;
+
+-- KNN: the first k rows by "g <op> q" (distances in order, and the ids of
+-- the rows closer than the last one), index scan with Order By vs sort
+CREATE FUNCTION pg_knn(tbl text, op text, q geometry, k int, scan text)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  sql text := format('SELECT id, g %s %L::geometry AS d FROM %s ORDER BY g %s %L::geometry LIMIT %s',
+                     op, q, tbl, op, q, k);
+  plan text := '';
+  r record;
+  result text;
+BEGIN
+  PERFORM set_config('enable_seqscan', CASE WHEN scan = 'seq' THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_indexscan', CASE WHEN scan = 'index' THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_bitmapscan', 'off', true);
+  FOR r IN EXECUTE 'EXPLAIN (COSTS OFF) ' || sql LOOP
+    plan := plan || r."QUERY PLAN" || E'\n';
+  END LOOP;
+  IF scan = 'index' AND plan NOT LIKE '%Order By: (g %' OR
+     scan = 'seq' AND plan NOT LIKE '%Seq Scan on%' THEN
+    RAISE EXCEPTION 'plan does not use a % scan: %', scan, plan;
+  END IF;
+  EXECUTE 'SELECT coalesce(array_agg(round(d::numeric, 9) ORDER BY n), ''{}'')::text || '' '' || ' ||
+          'coalesce(array_agg(id ORDER BY d, id) FILTER (WHERE d < last OR last IS NULL AND d IS NOT NULL), ''{}'')::text ' ||
+          'FROM (SELECT id, d, n, last_value(d) OVER (ORDER BY n ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) last ' ||
+          'FROM (SELECT id, d, row_number() OVER () n FROM (' || sql || ') s) s) s' INTO result;
+  PERFORM set_config('enable_seqscan', 'on', true);
+  PERFORM set_config('enable_indexscan', 'on', true);
+  PERFORM set_config('enable_bitmapscan', 'on', true);
+  RETURN result;
+END $$;
+
+CREATE TABLE pg_knn_result AS
+SELECT op, q, k,
+       pg_knn('pg_amr', op, q, k, 'seq') AS seq,
+       pg_knn('pg_amr', op, q, k, 'index') AS amr_index
+FROM unnest(ARRAY['<->', '<#>']) op,
+     (SELECT q FROM pg_q WHERE NOT ST_IsEmpty(q)) q, unnest(ARRAY[1, 10, 100]) k;
+SELECT op, count(*) AS comparisons, count(*) FILTER (WHERE amr_index <> seq) AS index_vs_seq
+FROM pg_knn_result GROUP BY op ORDER BY op;
+SELECT op, ST_AsText(q), k, left(seq, 80) AS seq, left(amr_index, 80) AS amr_index
+FROM pg_knn_result WHERE amr_index <> seq LIMIT 3;
+
+-- after inserts and VACUUM
+INSERT INTO pg_amr (g) SELECT ST_MakePoint(random() * 10, random() * 10) FROM generate_series(1, 2000);
+DELETE FROM pg_amr WHERE id % 4 = 0;
+VACUUM pg_amr;
+SELECT amrtree_check('pg_amr_g');
+SELECT count(*) AS comparisons,
+       count(*) FILTER (WHERE pg_ids('pg_amr', op, q, 'index') <> pg_ids('pg_amr', op, q, 'seq')) AS index_vs_seq
+FROM pg_ops, pg_q;
+SELECT count(*) FILTER (WHERE pg_knn('pg_amr', '<->', q, 50, 'index') <> pg_knn('pg_amr', '<->', q, 50, 'seq')) AS knn_vs_seq
+FROM pg_q WHERE NOT ST_IsEmpty(q);
+
+DROP TABLE pg_geo, pg_amr, pg_gist, pg_q, pg_ops, pg_result, pg_knn_result;
+DROP FUNCTION pg_ids(text, text, geometry, text);
+DROP FUNCTION pg_knn(text, text, geometry, int, text);
