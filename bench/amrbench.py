@@ -820,7 +820,7 @@ def cmd_compare(args):
                 cl.sql('CREATE EXTENSION IF NOT EXISTS amrtree_postgis CASCADE')
                 for am in geo_ams:
                     cl.sql(f'DROP TABLE IF EXISTS geo_{am}; CREATE TABLE geo_{am} AS '
-                           f'SELECT id, ST_MakeEnvelope(b[1][0], b[1][1], b[0][0], b[0][1]) AS g '
+                           f'SELECT id, ST_MakeEnvelope((b[1])[0], (b[1])[1], (b[0])[0], (b[0])[1]) AS g '
                            f'FROM src ORDER BY id; ALTER TABLE geo_{am} SET (autovacuum_enabled = off)')
             for rep in range(reps):
                 for cfg, am in [(c, a) for c in configs for a in geo_ams]:
@@ -1134,6 +1134,118 @@ def set_guc(cl, name, value):
         cl.sql(f"ALTER SYSTEM SET {name} = '{value}'")
     cl.sql('SELECT pg_reload_conf()')
     time.sleep(0.3)
+
+
+def cmd_growth(args):
+    """Cost against rows: for each size, one cluster in the default
+    configuration (pool file in the data directory, synchronous_commit on),
+    amrtree, GiST and SP-GiST on the same Porto-like rows: build time, index
+    bytes per tier, DRAM for inner nodes, the share of leaf bytes on PMEM
+    after the tier manager settled (unlimited budget), restart to first
+    query, and range-query tps at three window sizes."""
+    sizes = [int(x) for x in (args.rows or '1000000,10000000').split(',')]
+    seconds = args.seconds or 5
+    clients = args.clients
+    sels = [0.00001, 0.001, 0.01]
+    ams = ['amrtree', 'gist', 'spgist']
+    stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
+    outdir = os.path.join(args.results, 'growth-' + stamp)
+    res = Results(outdir, 'growth')
+    info = machine_info()
+    print_machine(info, ['disk'])
+    summary = {'machine': info, 'sizes': sizes, 'seconds': seconds, 'clients': clients,
+               'config': CONFIG_NOTE['disk'], 'results': {}}
+    t0 = time.monotonic()
+    for rows in sizes:
+        csvpath = generate_data(args.workdir, rows)
+        # a pool with room for every leaf (leaves at 90 % of 84 entries)
+        pool_mb = max(256, int(rows * 4096 / 75 / 1048576 * 1.3) + 256)
+        cl = Cluster(args.workdir, 'growth', pool_mb, pool_mb, pool_on_shm=False,
+                     synchronous_commit='on')
+        r = summary['results'][rows] = {'pool_mb': pool_mb}
+        try:
+            cl.start()
+            phase(t0, '%d rows (amrtree.pmem_size = %d MB)' % (rows, pool_mb))
+            load_source(cl, csvpath)
+            ncenters = make_centers(cl)
+            for am in ams:
+                cl.sql(f'CREATE TABLE trips_{am} AS SELECT * FROM src ORDER BY id; '
+                       f'ALTER TABLE trips_{am} SET (autovacuum_enabled = off)')
+            for am in ams:
+                cl.sql('CHECKPOINT')
+                bt = cl.timed(INDEX_DDL[am].format(t='trips_' + am))
+                cl.sql(f'VACUUM ANALYZE trips_{am}')
+                if am == 'amrtree':
+                    cl.sql("SELECT amrtree_settle('trips_amrtree_b', 1)")
+                size = index_bytes(cl, am, 'trips_' + am)
+                leaf = size['pmem'] + size['ssd']
+                share = size['pmem'] / leaf if leaf else float('nan')
+                r.setdefault('build_s', {})[am] = bt
+                r.setdefault('size', {})[am] = size
+                res.add(rows=rows, metric='build_time', am=am, value=bt, unit='s')
+                res.add(rows=rows, metric='index_bytes', am=am, value=size['total'], unit='bytes',
+                        detail='dram=%(dram)d pmem=%(pmem)d ssd=%(ssd)d' % size)
+                if am == 'amrtree':
+                    r['pmem_share'] = share
+                    res.add(rows=rows, metric='pmem_share', am=am, value=share, unit='fraction')
+                log('  %-8s build %8.2f s  size %8.1f MB%s'
+                    % (AM_LABEL[am], bt, size['total'] / 1048576,
+                       '  (DRAM %.1f MB, PMEM %.1f MB, SSD %.1f MB: %.1f %% of leaf bytes on PMEM)'
+                       % (size['dram'] / 1048576, size['pmem'] / 1048576, size['ssd'] / 1048576,
+                          100 * share) if am == 'amrtree' else ''))
+            spread = data_spread(cl)
+            windows = make_windows(cl, 'trips_amrtree', rows, spread, sels)
+            for s_ in sels:
+                label = 'range %s' % pct(s_)
+                for rnd in range(3):
+                    for am in rotated(ams, rnd):
+                        q = cl.pgbench([os.path.join(SCRIPTS, 'range.sql')], clients,
+                                       seconds=seconds,
+                                       defines={'hw': windows[s_][0], 'hh': windows[s_][1],
+                                                'n': ncenters, 'tbl': 'trips_' + am}, tag='q')
+                        r.setdefault('tps', {}).setdefault(label, {}).setdefault(am, []).append(q['tps'])
+                per = {am: mean_sd(r['tps'][label][am])[0] for am in ams}
+                r['tps'][label] = per
+                for am in ams:
+                    res.add(rows=rows, metric='tps', script=label, am=am, value=per[am], unit='tps')
+                log('  %-12s %s   amrtree/GiST %.2f' % (label, '  '.join(
+                    '%s %7.0f' % (SHORT[am], per[am]) for am in ams), ratio(per['amrtree'], per['gist'])))
+            x, y = (float(v) for v in cl.rows('SELECT x, y FROM bench_centers WHERE id = 1')[0])
+            hw, hh = windows[sels[0]][0], windows[sels[0]][1]
+            for am in ams:
+                ts = [cl.restart_to_first_query(
+                    f"SET enable_seqscan = off;\nSELECT count(*) FROM trips_{am} WHERE b && "
+                    f"box(point({x - hw!r}, {y - hh!r}), point({x + hw!r}, {y + hh!r}));")
+                    for _ in range(2)]
+                total = mean_sd([t[0] + t[1] for t in ts])[0]
+                r.setdefault('restart_s', {})[am] = total
+                res.add(rows=rows, metric='restart_to_first_query', am=am, value=total, unit='s')
+                log('  %-8s restart to first query %.3f s' % (AM_LABEL[am], total))
+        finally:
+            cl.remove()
+    log('\n== growth: ratios to GiST (build speed = GiST time / time; tps = amrtree / GiST)')
+    log('  %10s %12s %12s %12s %12s %12s %10s' % ('rows', 'build', 'range ' + pct(sels[0]),
+                                                  'range ' + pct(sels[1]), 'range ' + pct(sels[2]),
+                                                  'PMEM share', 'restart s'))
+    for rows in sizes:
+        r = summary['results'][rows]
+        log('  %10d %12.2f %12.2f %12.2f %12.2f %11.1f%% %10.3f'
+            % (rows, ratio(r['build_s']['gist'], r['build_s']['amrtree']),
+               *[ratio(r['tps']['range ' + pct(s_)]['amrtree'], r['tps']['range ' + pct(s_)]['gist'])
+                 for s_ in sels], 100 * r['pmem_share'], r['restart_s']['amrtree']))
+    csvp = res.write_csv()
+    with open(os.path.join(outdir, 'summary.json'), 'w') as f:
+        json.dump(summary, f, indent=1, default=str)
+    plt = plt_or_none()
+    if plt is not None and len(sizes) > 1:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for am in ams:
+            ax.loglog(sizes, [summary['results'][n]['build_s'][am] for n in sizes], marker='o',
+                      label='%s build (s)' % AM_LABEL[am])
+        ax.set_xlabel('rows')
+        ax.legend()
+        save_figure(plt, fig, ax, outdir, 'growth-build')
+    log('\nresults: %s, summary.json in %s; elapsed %.0f s' % (csvp, outdir, time.monotonic() - t0))
 
 
 def cmd_budget_sweep(args):
@@ -1529,6 +1641,10 @@ def main():
     c.add_argument('--config', choices=['shm', 'disk', 'both'], default='shm',
                    help='shm: the pool on /dev/shm, synchronous_commit off; disk: the default '
                    'pool file in the data directory, synchronous_commit on; both: side by side')
+    g = sub.add_parser('growth')
+    g.add_argument('--rows', help='comma-separated sizes (default 1000000,10000000)')
+    g.add_argument('--clients', type=int, default=2)
+    g.add_argument('--seconds', type=int, help='seconds per pgbench run (default 5)')
     s = sub.add_parser('budget_sweep')
     s.add_argument('--quick', action='store_true')
     s.add_argument('--rows', help='comma-separated sizes')
@@ -1543,6 +1659,8 @@ def main():
     try:
         if args.cmd == 'compare':
             cmd_compare(args)
+        elif args.cmd == 'growth':
+            cmd_growth(args)
         else:
             cmd_budget_sweep(args)
     except Interrupted as e:

@@ -7,9 +7,11 @@
  * PostGIS's 2-D operators (&&, ~, @, <<, &<, ...) do not compare a
  * geometry's exact double-precision bounding box.  They compare a float4
  * box rounded outward (each minimum down to the nearest float at or below
- * it, each maximum up to the nearest float at or above it), the box PostGIS
- * caches inside a serialized geometry.  Two geometries whose exact boxes
- * are disjoint may therefore "overlap" for &&.  amrtree's filter for a lossy
+ * it, each maximum up to the nearest float at or above it, and clamped to
+ * the float range), the box PostGIS caches inside a serialized geometry.
+ * Two geometries whose exact boxes are disjoint may therefore "overlap" for
+ * &&, and where float4 steps are coarse (0.0625 at 1e6: web-mercator
+ * metres) they may be centimetres apart.  amrtree's filter for a lossy
  * operator class is only sound as a necessary condition of the operator, so
  * the key it stores must be that same float4 box (held exactly in a float8
  * box); with the exact box, such rows would be missed.
@@ -24,9 +26,16 @@
  *	box3d(box2d) -> box3d, box(box3d) -> box
  *										into a core box, field by field.
  *
- * Rounding the result outward again is idempotent for a cached float4 box
- * and gives PostGIS's own float4 box for a computed one, so the key is the
- * box PostGIS's operators compare in every case.  An empty geometry has no
+ * (box(geometry) would be one call, but it deserializes the geometry to
+ * compute the box: 2.3 times slower on 200-vertex polygons, and it returns
+ * the float8 box, infinities included, where the operators compare clamped
+ * float4 ones.)
+ *
+ * Rounding the result outward again (float_min_bound, float_max_bound) is
+ * idempotent for a float4 box, which is what PostGIS 3.3 returns for every
+ * geometry, and gives PostGIS's own float4 box where a version returns the
+ * float8 box of a value that carries none (a point), so the key is the box
+ * PostGIS's operators compare in every case.  An empty geometry has no
  * box: support function 1 then returns a box of NaNs, which amrtree hands to
  * the recheck unconditionally.
  *
@@ -139,30 +148,36 @@ init_bbox_fns(Oid fn_oid, GeomBboxFns *fns, MemoryContext cxt)
 	pfree(nspname);
 }
 
-/* The largest float at or below d (NaN stays NaN). */
+/*
+ * The float4 rounding of PostGIS's boxes (its float4 box of a float8 one):
+ * a minimum becomes the largest float at or below it, a maximum the
+ * smallest float at or above it, and anything beyond the float range,
+ * infinities included, becomes -FLT_MAX or FLT_MAX (PostGIS 3 clamps so).
+ * NaN stays NaN.  The comparisons are written out because converting a
+ * double beyond FLT_MAX to float is undefined in C.
+ */
 static float
-float_at_or_below(double d)
+float_min_bound(double d)
 {
 	float		f;
 
 	if (isnan(d))
 		return (float) d;
-	/* done by hand: converting a double beyond FLT_MAX is undefined in C */
-	if (d >= FLT_MAX)
-		return isinf(d) ? INFINITY : FLT_MAX;
-	if (d < -FLT_MAX)
-		return -INFINITY;
+	if (d > FLT_MAX)
+		return FLT_MAX;
+	if (d <= -FLT_MAX)
+		return -FLT_MAX;
 	f = (float) d;
 	if ((double) f > d)
-		f = nextafterf(f, -INFINITY);
+		f = nextafterf(f, -FLT_MAX);
 	return f;
 }
 
-/* The smallest float at or above d (NaN stays NaN). */
+/* The maximum's counterpart of float_min_bound. */
 static float
-float_at_or_above(double d)
+float_max_bound(double d)
 {
-	return -float_at_or_below(-d);
+	return -float_min_bound(-d);
 }
 
 /*
@@ -218,11 +233,11 @@ amrtree_postgis_bbox(PG_FUNCTION_ARGS)
 	}
 	else
 	{
-		/* box() orders its corners, so low is the minimum on each axis */
-		result->low.x = float_at_or_below(exact->low.x);
-		result->low.y = float_at_or_below(exact->low.y);
-		result->high.x = float_at_or_above(exact->high.x);
-		result->high.y = float_at_or_above(exact->high.y);
+		/* box(box3d) puts the minima in low and the maxima in high */
+		result->low.x = float_min_bound(exact->low.x);
+		result->low.y = float_min_bound(exact->low.y);
+		result->high.x = float_max_bound(exact->high.x);
+		result->high.y = float_max_bound(exact->high.y);
 	}
 	MemoryContextReset(fns->work_cxt);
 	PG_RETURN_BOX_P(result);
