@@ -195,7 +195,7 @@ amrtree_postgis_bbox(PG_FUNCTION_ARGS)
 	MemoryContext old_cxt;
 	Datum		box2d;
 	bool		empty;
-	BOX		   *exact = NULL;
+	BOX		   *pgbox = NULL;
 	BOX		   *result;
 
 	if (fns == NULL)
@@ -221,7 +221,7 @@ amrtree_postgis_bbox(PG_FUNCTION_ARGS)
 	box2d = FunctionCallInvoke(getbbox_fcinfo);
 	empty = getbbox_fcinfo->isnull;
 	if (!empty)
-		exact = DatumGetBoxP(FunctionCall1(&fns->to_box,
+		pgbox = DatumGetBoxP(FunctionCall1(&fns->to_box,
 										   FunctionCall1(&fns->to_box3d, box2d)));
 
 	MemoryContextSwitchTo(old_cxt);
@@ -234,10 +234,10 @@ amrtree_postgis_bbox(PG_FUNCTION_ARGS)
 	else
 	{
 		/* box(box3d) puts the minima in low and the maxima in high */
-		result->low.x = float_min_bound(exact->low.x);
-		result->low.y = float_min_bound(exact->low.y);
-		result->high.x = float_max_bound(exact->high.x);
-		result->high.y = float_max_bound(exact->high.y);
+		result->low.x = float_min_bound(pgbox->low.x);
+		result->low.y = float_min_bound(pgbox->low.y);
+		result->high.x = float_max_bound(pgbox->high.x);
+		result->high.y = float_max_bound(pgbox->high.y);
 	}
 	MemoryContextReset(fns->work_cxt);
 	PG_RETURN_BOX_P(result);

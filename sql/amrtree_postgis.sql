@@ -23,7 +23,13 @@ INSERT INTO pg_geo (g) VALUES
   ('POINT(1e30 -1e30)'), ('LINESTRING(-1e-30 -1e-30, 1e-30 1e-30)'),
   -- float8 boxes a hair apart whose float4 boxes (rounded outward) touch
   ('POINT(100.000001 50)'), ('POINT(100.0000011 50)'), ('LINESTRING(100.0000012 50, 101 51)'),
-  ('POLYGON((100.0000013 49, 102 49, 102 50.0000001, 100.0000013 49))');
+  ('POLYGON((100.0000013 49, 102 49, 102 50.0000001, 100.0000013 49))'),
+  -- beyond float4 (PostGIS clamps its boxes to +-FLT_MAX), infinite, NaN,
+  -- and coarse float4 steps (0.0625 near 1e6, 2 near 1.7e7)
+  ('POINT(3.5e38 0)'), (ST_MakePoint('Infinity', 0)), (ST_MakePoint('-Infinity', '-Infinity')),
+  (ST_MakeLine(ST_MakePoint(0, 0), ST_MakePoint(1, 'Infinity'))), ('LINESTRING(-1e38 -1e38, 1e38 1e38)'),
+  ('POINT(1e-40 1e-40)'), (ST_MakePoint('NaN', 1)), ('POINT(1000000 1000000)'), ('POINT(1000000.01 1000000)'),
+  ('POINT(16777217 16777217)'), ('POINT(16777218 16777218)');
 INSERT INTO pg_geo (g)
 SELECT CASE i % 4
          WHEN 0 THEN ST_MakePoint(x, y)
@@ -45,7 +51,9 @@ CREATE TABLE pg_q (q geometry);
 INSERT INTO pg_q VALUES ('POINT(1 1)'), ('POLYGON((0 0, 4 0, 4 4, 0 4, 0 0))'),
   ('LINESTRING(-50 -20, 50 20)'), ('POINT(100.0000011 50)'), ('POINT(100.000001 50)'),
   ('POLYGON((-100 -50, 100 -50, 100 50, -100 50, -100 -50))'), ('MULTIPOINT((5 5), (-5 -5))'),
-  ('POINT EMPTY'), ('POLYGON((100 49, 103 49, 103 52, 100 49))');
+  ('POINT EMPTY'), ('POLYGON((100 49, 103 49, 103 52, 100 49))'),
+  (ST_MakePoint('Infinity', 0)), ('POINT(3.5e38 0)'), ('POINT(1000000.03 1000000)'),
+  ('POINT(16777217 16777217)');
 INSERT INTO pg_q SELECT ST_MakeEnvelope(x, y, x + 10, y + 5)
 FROM (SELECT random() * 200 - 100 x, random() * 100 - 50 y FROM generate_series(1, 6)) s;
 

@@ -36,6 +36,8 @@
  */
 #include "amrtree.h"
 
+#include <float.h>
+
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "catalog/pg_type.h"
@@ -264,6 +266,32 @@ type_namespace(Oid typid)
 	return nsp;
 }
 
+/*
+ * Round outward to float4 and clamp to its finite range, as PostGIS does
+ * for its float4 boxes: an infinite or beyond-float coordinate becomes
+ * +-FLT_MAX there, so POINT(Infinity 0) and POINT(3.5e38 0) have the same
+ * box and are "@" each other.  NaN stays NaN.
+ */
+static double
+float4_floor(double v)
+{
+	if (v > (double) FLT_MAX)
+		return FLT_MAX;
+	if (v <= -(double) FLT_MAX)
+		return -FLT_MAX;
+	return amr_round_down(v);
+}
+
+static double
+float4_ceil(double v)
+{
+	if (v >= (double) FLT_MAX)
+		return FLT_MAX;
+	if (v < -(double) FLT_MAX)
+		return -FLT_MAX;
+	return amr_round_up(v);
+}
+
 typedef struct Float4BboxCache
 {
 	Oid			argtype;
@@ -312,9 +340,9 @@ amrtree_float4_bbox(PG_FUNCTION_ARGS)
 		PG_RETURN_BOX_P(b);
 	}
 	*b = *DatumGetBoxP(result);
-	b->low.x = amr_round_down(b->low.x);
-	b->low.y = amr_round_down(b->low.y);
-	b->high.x = amr_round_up(b->high.x);
-	b->high.y = amr_round_up(b->high.y);
+	b->low.x = float4_floor(b->low.x);
+	b->low.y = float4_floor(b->low.y);
+	b->high.x = float4_ceil(b->high.x);
+	b->high.y = float4_ceil(b->high.y);
 	PG_RETURN_BOX_P(b);
 }

@@ -1,8 +1,9 @@
 --
 -- amrtree_postgis: the operator class geometry_ops_2d answers each of
--- PostGIS's 2-D operators exactly as a sequential scan and as PostGIS's own
--- GiST index do, in index scans and bitmap scans, and ORDER BY <-> / <#>
--- returns rows in the order of a sequential scan's sort.  Data: every kind
+-- PostGIS's 2-D operators exactly as a sequential scan does (and as
+-- PostGIS's own GiST index does, where that agrees with the operators), in
+-- index scans and bitmap scans, and ORDER BY <-> / <#> returns rows in the
+-- order of a sequential scan's sort.  Data: every kind
 -- of geometry (points, lines, polygons with holes, multi*, collections,
 -- curves, Z/M, empty ones), NULLs, duplicates, geometries whose exact boxes
 -- are disjoint but whose float4 boxes (what PostGIS's operators compare)
@@ -326,6 +327,28 @@ SELECT count(*) AS probes, count(*) FILTER (WHERE n.id IS NOT NULL) AS found
 FROM (SELECT ST_MakePoint(i * 7, -i * 5) AS p FROM generate_series(-10, 10) i) probes
 CROSS JOIN LATERAL (SELECT id FROM pg_geom ORDER BY g <-> probes.p LIMIT 1) n;
 RESET enable_seqscan;
+
+-- PostGIS adds the index condition to ST_Intersects, ST_DWithin, ... only
+-- for GiST, SP-GiST and BRIN indexes; with amrtree it is written out, as
+-- PostGIS would add it (ST_DWithin: && with the expanded query)
+CREATE TABLE pg_st AS
+SELECT (SELECT array_agg(id ORDER BY id) FROM pg_geom
+        WHERE ST_DWithin(g, 'POINT(1 1)'::geometry, 2)) AS dwithin,
+       (SELECT array_agg(id ORDER BY id) FROM pg_geom
+        WHERE ST_Intersects(g, 'POLYGON((0 0, 5 0, 0 5, 0 0))'::geometry)) AS intersects;
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT id FROM pg_geom
+WHERE g && ST_Expand('POINT(1 1)'::geometry, 2) AND ST_DWithin(g, 'POINT(1 1)'::geometry, 2);
+SELECT (SELECT array_agg(id ORDER BY id) FROM pg_geom
+        WHERE g && ST_Expand('POINT(1 1)'::geometry, 2)
+          AND ST_DWithin(g, 'POINT(1 1)'::geometry, 2)) = dwithin AS dwithin_match,
+       (SELECT array_agg(id ORDER BY id) FROM pg_geom
+        WHERE g && 'POLYGON((0 0, 5 0, 0 5, 0 0))'::geometry
+          AND ST_Intersects(g, 'POLYGON((0 0, 5 0, 0 5, 0 0))'::geometry)) = intersects AS intersects_match,
+       cardinality(dwithin) AS dwithin_rows, cardinality(intersects) AS intersects_rows
+FROM pg_st;
+RESET enable_seqscan;
+DROP TABLE pg_st;
 
 -- the support function finds PostGIS's functions whatever search_path says
 -- (autovacuum and maintenance commands may run with an empty one)
