@@ -167,7 +167,7 @@ $bad->safe_psql('postgres', 'CREATE EXTENSION amrtree; CREATE TABLE t (b box)');
 ($ret, $out, $err) = $bad->psql('postgres', 'CREATE INDEX ON t USING amrtree (b)');
 like($err, qr/is not usable: the setting amrtree\.pmem_size = '1MB' is not valid/,
 	'amrtree.pmem_size = 1MB: the pool is not opened with another size');
-like($err, qr/DETAIL:  1 MB is outside the valid range for amrtree\.pmem_size \(32 MB \.\. 16384 MB\)/,
+like($err, qr/DETAIL:  1 MB is outside the valid range for amrtree\.pmem_size \(32 MB \.\. 4194304 MB\)/,
 	'... saying why');
 ok(!-e amr_pool_path('badsize'), 'no pool was created');
 $bad->stop;
