@@ -624,6 +624,9 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 		hit = &so->hits[so->nhits];
 		memcpy(&hit->tid, &en->tid_blk_hi, sizeof(ItemPointerData));
 		hit->key = en->key;
+		/* the heap TID identifies the entry: the tie order of the search */
+		seq = ((uint64) ItemPointerGetBlockNumberNoCheck(&hit->tid) << 16) |
+			ItemPointerGetOffsetNumberNoCheck(&hit->tid);
 		if (so->order_fast != ORDER_FAST_NONE && !(en->flags & AMR_ENTRY_FLAG_NAN))
 		{
 			AmrPoint	q = {so->order_box.xlo, so->order_box.ylo};
@@ -633,8 +636,6 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 				AmrFBox		fb = amr_fbox_from_box(&en->key);
 
 				distance = amr_fbox_point_lower_bound(&fb, &q);
-				seq = ((uint64) ItemPointerGetBlockNumberNoCheck(&hit->tid) << 16) |
-					ItemPointerGetOffsetNumberNoCheck(&hit->tid);
 				amr_knn_add_entry_bound(&so->knn, distance, seq, so->nhits);
 				so->nhits++;
 				continue;
@@ -657,9 +658,6 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 
 			distance = amr_fbox_box_lower_bound(&fb, &so->order_box);
 		}
-		/* the heap TID identifies the entry: the tie order of the search */
-		seq = ((uint64) ItemPointerGetBlockNumberNoCheck(&hit->tid) << 16) |
-			ItemPointerGetOffsetNumberNoCheck(&hit->tid);
 		amr_knn_add_entry(&so->knn, distance, seq, so->nhits, !so->order_exact);
 		so->nhits++;
 	}

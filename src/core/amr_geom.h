@@ -629,6 +629,30 @@ amr_dist_box_point(const AmrBox *b, const AmrPoint *q)
 }
 
 /*
+ * The distance bound for gaps dx, dy along the axes (a float4 box's to the
+ * query), allowing for PostgreSQL's fuzz: slack_x, slack_y are how much of
+ * each gap the fuzz may absorb, so where one gap is within its slack only
+ * the other axis's gap is a bound.
+ */
+static inline double
+amr_gap_lower_bound(double dx, double dy, double slack_x, double slack_y)
+{
+	double		bound;
+
+	if (dx == 0.0 || dy == 0.0)
+		bound = dx + dy;		/* pg_hypot(v, 0) is exactly v */
+	else if (fmax(dx, dy) < 0x1p-900)
+		bound = fmax(dx, dy);	/* no relative error bound near denormals */
+	else
+		bound = amr_pg_hypot(dx, dy) * (1.0 - 0x1p-48);
+	if (dy <= slack_y && dx < bound)
+		bound = dx;
+	if (dx <= slack_x && dy < bound)
+		bound = dy;
+	return bound;
+}
+
+/*
  * A lower bound of amr_dist_box_point(b, q) for every box b inside the
  * float4 box m (and so of amr_dist_point_point for every point inside m).
  * Outward rounding makes m larger than the float8 boxes it covers, which
@@ -654,7 +678,6 @@ amr_fbox_point_lower_bound(const AmrFBox *m, const AmrPoint *q)
 {
 	double		dx,
 				dy,
-				bound,
 				slack_x,
 				slack_y;
 
@@ -673,23 +696,12 @@ amr_fbox_point_lower_bound(const AmrFBox *m, const AmrPoint *q)
 	else
 		dy = 0.0;
 
-	if (dx == 0.0 || dy == 0.0)
-		bound = dx + dy;		/* pg_hypot(v, 0) is exactly v */
-	else if (fmax(dx, dy) < 0x1p-900)
-		bound = fmax(dx, dy);	/* no relative error bound near denormals */
-	else
-		bound = amr_pg_hypot(dx, dy) * (1.0 - 0x1p-48);
-
 	/* Inf when a coordinate is infinite: then only the axis bound holds */
 	slack_y = 1.0001e-6 + 0x1p-50 * (fabs(q->y) + fabs((double) m->ylo) +
 									 fabs((double) m->yhi));
 	slack_x = 1.0001e-6 + 0x1p-50 * (fabs(q->x) + fabs((double) m->xlo) +
 									 fabs((double) m->xhi));
-	if (dy <= slack_y && dx < bound)
-		bound = dx;
-	if (dx <= slack_x && dy < bound)
-		bound = dy;
-	return bound;
+	return amr_gap_lower_bound(dx, dy, slack_x, slack_y);
 }
 
 /*
@@ -729,21 +741,11 @@ amr_fbox_box_lower_bound(const AmrFBox *m, const AmrBox *q)
 	else
 		dy = 0.0;
 
-	if (dx == 0.0 || dy == 0.0)
-		bound = dx + dy;
-	else if (fmax(dx, dy) < 0x1p-900)
-		bound = fmax(dx, dy);
-	else
-		bound = amr_pg_hypot(dx, dy) * (1.0 - 0x1p-48);
-
 	slack_y = 1.0001e-6 + 0x1p-50 * (fabs(q->ylo) + fabs(q->yhi) + fabs((double) m->ylo) +
 									 fabs((double) m->yhi));
 	slack_x = 1.0001e-6 + 0x1p-50 * (fabs(q->xlo) + fabs(q->xhi) + fabs((double) m->xlo) +
 									 fabs((double) m->xhi));
-	if (dy <= slack_y && dx < bound)
-		bound = dx;
-	if (dx <= slack_x && dy < bound)
-		bound = dy;
+	bound = amr_gap_lower_bound(dx, dy, slack_x, slack_y);
 	/* a gap smaller than the slack may be PostgreSQL's fuzz: no bound */
 	if (bound <= fmax(slack_x, slack_y))
 		bound = 0.0;
