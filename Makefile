@@ -28,6 +28,7 @@ OBJS = \
 	src/amr_fault.o \
 	src/amr_funcs.o \
 	src/amr_heal.o \
+	src/amr_writeback.o \
 	src/amr_insert.o \
 	src/amr_opclass.o \
 	src/amr_leafstore.o \

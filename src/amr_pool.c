@@ -385,7 +385,7 @@ mark_trees_with_lost_leaves(void)
 
 /* Decide how stores reach durability on this pool's medium. */
 static void
-choose_persistence(const char *path, void *base, size_t len)
+choose_persistence(const char *path, void *base, size_t len, size_t file_size)
 {
 	struct statfs fs;
 	bool		is_pmem = pmem_is_pmem(base, len) != 0;
@@ -397,6 +397,22 @@ choose_persistence(const char *path, void *base, size_t len)
 	else if (on_tmpfs)
 		strlcpy(pool_media, "DRAM-backed tmpfs (emulated PMEM: survives process crashes, not power loss)",
 				sizeof(pool_media));
+	else if (mode != AMR_PERSIST_NOP && amr_writeback_enabled && XLogIsNeeded() &&
+			 amr_wb_start(path, (char *) pool, file_size, amr_store.header))
+	{
+		/* the copy is made: from now on amr_store points into it */
+		char	   *copy = amr_wb_copy_base();
+		ptrdiff_t	delta = copy - (char *) pool;
+
+		amr_store.pool_base = copy;
+		amr_store.header = (AmrPoolHeader *) ((char *) amr_store.header + delta);
+		amr_store.pmem_slots += delta;
+		amr_store.lt = (AmrLeafTableEntry *) ((char *) amr_store.lt + delta);
+		amr_store.tree_records = (AmrTreeRecord *) ((char *) amr_store.tree_records + delta);
+		strlcpy(pool_media, "a disk file, written back in the background (commits are durable through the WAL)",
+				sizeof(pool_media));
+		mode = AMR_PERSIST_HOOK;
+	}
 	else
 	{
 		strlcpy(pool_media, "a disk file (persisted with msync)", sizeof(pool_media));
@@ -651,8 +667,10 @@ pool_open_or_create(void)
 	amr_store.lt_capacity = (uint32) hdr->lt_capacity;
 	amr_store.tree_records = (AmrTreeRecord *) ((char *) pool + hdr->trees_offset);
 	amr_store.ssd_nslots = amr_slotfile_nslots();
+	if (stat(path, &st) != 0)
+		st.st_size = 0;
 	choose_persistence(path, amr_store.pmem_slots,
-					   (size_t) amr_store.pmem_nslots * AMR_SLOT_SIZE);
+					   (size_t) amr_store.pmem_nslots * AMR_SLOT_SIZE, (size_t) st.st_size);
 	if (ssd_leaves_lost)
 		mark_trees_with_lost_leaves();
 	pool_status = AMR_POOL_READY;
@@ -669,6 +687,7 @@ amr_pool_describe(StringInfo buf)
 {
 	appendStringInfo(buf, "%s on %s, persisting with %s", amr_pool_path_display(),
 					 pool_media, amr_persist_describe());
+	amr_wb_describe(buf);
 	if (amr_slotfile_nslots() > 0)
 		appendStringInfo(buf, "; SSD tier %s", amr_slotfile_describe());
 	else
@@ -707,7 +726,8 @@ note_replay_source(void)
 bool
 amr_pool_may_be_a_copy(void)
 {
-	return pool_may_be_copy;
+	/* a write-back pool's file is always a copy (amr_writeback.c) */
+	return pool_may_be_copy || amr_wb_active();
 }
 
 /*
@@ -762,6 +782,8 @@ amr_pool_open_at_start(void)
 void
 amr_pool_note_crash_restart(void)
 {
+	/* what only the DRAM copy held is gone, as WAL buffers are */
+	amr_wb_reload();
 	note_replay_source();
 	if (pool_status == AMR_POOL_READY)
 		note_crash(true);

@@ -48,6 +48,7 @@ typedef struct AmrShmemLayout
 	Size		off_cache;
 	uint32		ncache;
 	Size		off_ssd_cache;
+	Size		off_writeback;
 	uint32		nssd_cache;
 } AmrShmemLayout;
 
@@ -88,6 +89,11 @@ compute_layout(AmrShmemLayout *l)
 		amr_ssd_cache_nslots() : 0;
 	l->off_ssd_cache = off;
 	off += amr_ssd_cache_shmem_size(l->nssd_cache);
+
+	/* dirty pages of a write-back pool (amr_writeback.c) */
+	off = CACHELINEALIGN(off);
+	l->off_writeback = off;
+	off += amr_wb_shmem_size();
 
 	/* inner nodes: amrtree.dram_size */
 	node_bytes = amr_pool_ready() ? (Size) amr_dram_size_kb * 1024 : 0;
@@ -141,6 +147,7 @@ amr_shmem_startup(void)
 	amr_leaf_cache = (AmrLeaf *) (base + layout.off_cache);
 	amr_leaf_cache_n = layout.ncache;
 	amr_ssd_cache_attach(base + layout.off_ssd_cache, layout.nssd_cache, !found);
+	amr_wb_shmem_attach(base + layout.off_writeback, !found);
 	amr_store.leaf_ids_used = (AmrBitmap *) (base + layout.off_ids_bitmap);
 	amr_store.nodes_used = (AmrBitmap *) (base + layout.off_nodes_bitmap);
 	amr_store.nodes = (AmrInnerNode *) (base + layout.off_nodes);

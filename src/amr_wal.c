@@ -59,11 +59,13 @@ amr_wal_hold_checkpoint(void)
 	Assert(CritSectionCount > 0);
 	Assert((MyProc->delayChkptFlags & DELAY_CHKPT_START) == 0);
 	MyProc->delayChkptFlags |= DELAY_CHKPT_START;
+	amr_wb_change_begin();
 }
 
 void
 amr_wal_release_checkpoint(void)
 {
+	amr_wb_change_end();
 	MyProc->delayChkptFlags &= ~DELAY_CHKPT_START;
 }
 

@@ -220,6 +220,28 @@ define_gucs(void)
 							 PGC_POSTMASTER,
 							 0,
 							 NULL, NULL, NULL);
+	DefineCustomBoolVariable("amrtree.writeback",
+							 "Write a pool on an ordinary disk file back in the background.",
+							 "On, a pool that is neither persistent memory nor on tmpfs "
+							 "is used through a copy in shared memory whose changes "
+							 "reach the file in the background, commits being durable "
+							 "through the WAL; off, every change is synced to the file "
+							 "with msync (slow).  Needs wal_level replica or logical.",
+							 &amr_writeback_enabled,
+							 AMR_WRITEBACK_DEFAULT,
+							 PGC_POSTMASTER,
+							 0,
+							 NULL, NULL, NULL);
+	DefineCustomIntVariable("amrtree.writeback_delay",
+							"Time between two background write-backs of a disk pool's dirty pages.",
+							"Checkpoints write everything regardless; a longer delay "
+							"only writes hot pages less often.",
+							&amr_writeback_delay_ms,
+							AMR_WRITEBACK_DELAY_DEFAULT_MS, AMR_WRITEBACK_DELAY_MIN_MS,
+							AMR_WRITEBACK_DELAY_MAX_MS,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
 	DefineCustomIntVariable("amrtree.scan_interval",
 							"Time between two passes of the tier manager.",
 							NULL,
@@ -360,6 +382,7 @@ _PG_init(void)
 	amr_pins_register_callbacks();
 	amr_tier_register_callbacks();
 	amr_register_worker();
+	amr_wb_register_worker();
 }
 
 /* ---- handler ---- */

@@ -55,6 +55,10 @@
  * server refuses to start (out of shared memory) where that is not there.
  */
 #define AMR_PMEM_SIZE_MAX_MB			(4 * 1024 * 1024)
+#define AMR_WRITEBACK_DEFAULT			true
+#define AMR_WRITEBACK_DELAY_DEFAULT_MS	200
+#define AMR_WRITEBACK_DELAY_MIN_MS		10
+#define AMR_WRITEBACK_DELAY_MAX_MS		(3600 * 1000)
 #define AMR_SSD_SIZE_DEFAULT_MB			1024
 #define AMR_SSD_SIZE_MIN_MB				0	/* no SSD tier */
 #define AMR_SSD_SIZE_MAX_MB				(1024 * 1024)
@@ -225,6 +229,32 @@ extern void amr_ssd_cache_put(const AmrTree *t, uint32 leaf_id, uint64 word,
 							  const AmrLeaf *img);
 extern void amr_ssd_cache_counters(uint64 *size_bytes, uint64 *hits,
 								   uint64 *device_reads, uint64 *fills);
+
+/* ---- write-back pools (amr_writeback.c) ---- */
+extern bool amr_writeback_enabled;
+extern int	amr_writeback_delay_ms;
+
+/* Postmaster: use a DRAM copy of the pool file; false (logged) if impossible. */
+extern bool amr_wb_start(const char *path, char *file_map, size_t file_size,
+						 AmrPoolHeader *file_hdr);
+/* The DRAM copy's base address (amr_wb_start succeeded). */
+extern char *amr_wb_copy_base(void);
+/* This server's pool is a write-back pool. */
+extern bool amr_wb_active(void);
+/* Postmaster, restarting its children after a crash: load the copy again. */
+extern void amr_wb_reload(void);
+/* Shared memory for dirty pages and change counters, and attaching to it. */
+extern Size amr_wb_shmem_size(void);
+extern void amr_wb_shmem_attach(char *base, bool init);
+/* Around each logged change (amr_wal_hold/release_checkpoint). */
+extern void amr_wb_change_begin(void);
+extern void amr_wb_change_end(void);
+/* Before writing the SSD slot file: the WAL that freed its slots is durable. */
+extern void amr_wb_before_device_write(void);
+/* Append the write-back state to a description of the pool. */
+extern void amr_wb_describe(StringInfo buf);
+/* At preload. */
+extern void amr_wb_register_worker(void);
 
 /* At preload: the shared memory request and startup hooks. */
 extern void amr_shmem_init_hooks(void);

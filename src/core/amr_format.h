@@ -55,7 +55,13 @@ typedef struct AmrPoolHeader
 								 * the pruning resumes it (amr_reconcile.c) */
 	uint64_t	history_reset;	/* nonzero: WAL replay could not use the
 								 * pool at all; every tree is stale */
-	uint64_t	reserved[3];
+	uint64_t	writeback;		/* nonzero: the file is written back in the
+								 * background (a DRAM copy is ahead of it) and
+								 * holds every change whose WAL record lies
+								 * before fenced_redo; zero: it holds every
+								 * change (amr_writeback.c) */
+	uint64_t	fenced_redo;
+	uint64_t	reserved[1];
 	uint64_t	initialized;	/* AMR_POOL_MAGIC once everything above is */
 } AmrPoolHeader;
 

@@ -22,6 +22,8 @@
 
 AmrPersistMode amr_persist_mode = AMR_PERSIST_CLWB;
 bool		(*amr_fault_hook) (const char *point) = NULL;
+void		(*amr_persist_hook) (const void *addr, size_t len) = NULL;
+void		(*amr_persist_batch_hook) (bool begin) = NULL;
 
 typedef enum
 {
@@ -29,7 +31,8 @@ typedef enum
 	FLUSH_CLFLUSHOPT,
 	FLUSH_CLFLUSH,
 	FLUSH_NONE,
-	FLUSH_MSYNC
+	FLUSH_MSYNC,
+	FLUSH_HOOK
 } FlushInsn;
 
 static FlushInsn flush_insn = FLUSH_CLFLUSH;
@@ -71,6 +74,9 @@ amr_persist_init(AmrPersistMode mode)
 		case AMR_PERSIST_MSYNC:
 			flush_insn = FLUSH_MSYNC;
 			break;
+		case AMR_PERSIST_HOOK:
+			flush_insn = FLUSH_HOOK;
+			break;
 	}
 }
 
@@ -89,13 +95,16 @@ amr_persist_describe(void)
 			return "none (nop mode: not crash safe)";
 		case FLUSH_MSYNC:
 			return "msync";
+		case FLUSH_HOOK:
+			return "write-back to the file, durability from the WAL";
 	}
 	return "unknown";
 }
 
 /*
- * A batch (msync mode only): flushes record the range they cover instead of
+ * A batch (msync mode): flushes record the range they cover instead of
  * calling msync, and amr_persist_batch_end makes it durable with one call.
+ * In hook mode the write-back layer batches by itself (amr_persist_batch_hook).
  * Only for writes whose order does not matter until the batch ends.
  */
 static bool msync_batching = false;
@@ -105,6 +114,11 @@ static uintptr_t batch_hi;
 void
 amr_persist_batch_begin(void)
 {
+	if (flush_insn == FLUSH_HOOK)
+	{
+		amr_persist_batch_hook(true);
+		return;
+	}
 	if (flush_insn != FLUSH_MSYNC)
 		return;
 	msync_batching = true;
@@ -115,6 +129,11 @@ amr_persist_batch_begin(void)
 void
 amr_persist_batch_end(void)
 {
+	if (flush_insn == FLUSH_HOOK)
+	{
+		amr_persist_batch_hook(false);
+		return;
+	}
 	if (!msync_batching)
 		return;
 	msync_batching = false;
@@ -145,6 +164,9 @@ amr_flush(const void *addr, size_t len)
 				__asm__ volatile("clflush %0" : "+m"(*(volatile char *) p));
 			break;
 		case FLUSH_NONE:
+			break;
+		case FLUSH_HOOK:
+			amr_persist_hook(addr, len);
 			break;
 		case FLUSH_MSYNC:
 			if (msync_batching)
@@ -184,7 +206,7 @@ amr_memcpy_nodrain(void *dst, const void *src, size_t len)
 		memcpy(dst, src, len);
 		return;
 	}
-	if (flush_insn == FLUSH_MSYNC || len < AMR_NT_THRESHOLD)
+	if (flush_insn == FLUSH_MSYNC || flush_insn == FLUSH_HOOK || len < AMR_NT_THRESHOLD)
 	{
 		memcpy(dst, src, len);
 		amr_flush(dst, len);

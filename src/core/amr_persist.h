@@ -23,8 +23,20 @@ typedef enum AmrPersistMode
 								 * sfence */
 	AMR_PERSIST_CLFLUSH,		/* clflush + sfence */
 	AMR_PERSIST_NOP,			/* no flush, no fence: measurement only, unsafe */
-	AMR_PERSIST_MSYNC			/* pool is on a disk file: msync */
+	AMR_PERSIST_MSYNC,			/* pool is on a disk file: msync */
+	AMR_PERSIST_HOOK			/* pool is a DRAM copy of a disk file: the
+								 * write-back layer decides (amr_persist_hook) */
 } AmrPersistMode;
+
+/*
+ * In AMR_PERSIST_HOOK mode every flush of [addr, addr+len) goes here
+ * (src/amr_writeback.c): mark the pages dirty for background write-back, or
+ * write them through to the file.
+ */
+extern void (*amr_persist_hook) (const void *addr, size_t len);
+
+/* In AMR_PERSIST_HOOK mode, amr_persist_batch_begin (true) and _end (false). */
+extern void (*amr_persist_batch_hook) (bool begin);
 
 extern AmrPersistMode amr_persist_mode;
 
@@ -57,7 +69,7 @@ extern void amr_memcpy_nodrain(void *dst, const void *src, size_t len);
 extern void amr_store_persist_u64(volatile uint64_t *addr, uint64_t value);
 
 /*
- * Between these two, in msync mode (a pool on a disk file), persists only
+ * Between these two, in msync and hook modes (a pool on a disk file), persists only
  * note their range and the end makes it all durable with one msync; other
  * modes are unaffected.  For a process's writes whose relative order does
  * not matter until the end (a build: its tree is BUILDING, and a crash

@@ -1,0 +1,755 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_writeback.c
+ *		Write-back pools: a pool on an ordinary disk file is used through a
+ *		DRAM copy, changes reach the file in the background, and commit
+ *		durability comes from amrtree's WAL records (docs/design.md,
+ *		"Write-back pools").
+ *
+ * The postmaster maps the pool file (libpmemobj) as before, then copies it
+ * into anonymous shared memory that every child inherits; amr_store points
+ * at the copy.  A flush of a range of the copy (core/amr_persist.c in
+ * AMR_PERSIST_HOOK mode) either marks its 4 KiB pages dirty or, when the
+ * write-back worker is not armed or for the header and tree records,
+ * writes them through to the file at once.  The rules that make the file
+ * usable after any crash:
+ *
+ *	WAL before data   a page is written to the file only after the WAL
+ *					  inserted before it was copied is flushed, so the file
+ *					  never holds a change whose record recovery cannot
+ *					  reach: it is a copy, like a base backup, and WAL
+ *					  replay treats it as one (whole images first);
+ *	fences			  the worker holds DELAY_CHKPT_COMPLETE, so no
+ *					  checkpoint completes until the worker has seen its
+ *					  redo pointer R, waited for changes in progress, and
+ *					  written and synced every dirty page: recovery, which
+ *					  starts at R, finds every change whose record precedes
+ *					  R in the file;
+ *	torn pages		  the first change of a leaf after R is logged whole, so
+ *					  replay from R overwrites whatever a torn write left.
+ *
+ * The header records whether the file may lag the copy (writeback) and up
+ * to which redo pointer it is complete (fenced_redo).  At every start, and
+ * when the postmaster restarts its children after a crash, the copy is
+ * loaded again from the file; a file that is not complete up to the redo
+ * pointer recovery starts from (a checkpoint slipped between two fences:
+ * see amr_wb_worker_main) is not trusted and its trees are rebuilt.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amrtree.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "access/twophase.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "common/controldata_utils.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/fd.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "port/pg_bitutils.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#define WB_PAGE				4096
+#define WB_WRITE_BATCH		256		/* pages copied, then written, at a time */
+#define WB_POLL_MS			20		/* how soon a new redo pointer is seen */
+#define WB_LOCAL_RUNS		64		/* write-through batch: page runs kept */
+
+bool		amr_writeback_enabled = AMR_WRITEBACK_DEFAULT;
+int			amr_writeback_delay_ms = AMR_WRITEBACK_DELAY_DEFAULT_MS;
+
+PGDLLEXPORT void amr_wb_worker_main(Datum arg);
+
+typedef struct AmrWbShared
+{
+	pg_atomic_uint32 armed;		/* the worker fences checkpoints: flushes only
+								 * mark pages dirty */
+	pg_atomic_uint64 pages_written;
+	pg_atomic_uint64 fences;
+	pg_atomic_uint64 fenced_redo;
+	uint64		npages;			/* pages of the pool file */
+	uint32		nprocs;			/* change counters, by pgprocno */
+	/* then: change counters (pg_atomic_uint32), dirty bits (pg_atomic_uint64) */
+} AmrWbShared;
+
+/* Postmaster state, inherited by every child through fork(). */
+static bool wb_active = false;	/* this pool is a write-back pool */
+static int	wb_fd = -1;			/* the pool file, for pwrite/fdatasync */
+static char *wb_copy = NULL;	/* the DRAM copy amr_store points into */
+static const char *wb_file_map = NULL;	/* the file's own mapping (load) */
+static size_t wb_size = 0;
+static size_t wb_dirty_from = 0;	/* below: header, tree records (through) */
+static size_t wb_header_off = 0;
+
+/* Shared state (amr_wb_shmem_attach). */
+static AmrWbShared *wb_shared = NULL;
+static pg_atomic_uint32 *wb_change_seq = NULL;
+static pg_atomic_uint64 *wb_dirty = NULL;
+
+/* A process's write-through batch (amr_persist_batch_begin/end). */
+static int	wb_batch_depth = 0;
+static int	wb_batch_nruns = 0;
+static uint64 wb_batch_lo[WB_LOCAL_RUNS];
+static uint64 wb_batch_hi[WB_LOCAL_RUNS];
+
+static void wb_flush_hook(const void *addr, size_t len);
+static void wb_batch_hook(bool begin);
+
+/* ---- shared memory ---- */
+
+static uint32
+wb_nprocs(void)
+{
+	return (uint32) (MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts);
+}
+
+Size
+amr_wb_shmem_size(void)
+{
+	Size		sz;
+
+	if (!wb_active)
+		return 0;
+	sz = MAXALIGN(sizeof(AmrWbShared));
+	sz = add_size(sz, MAXALIGN(mul_size(wb_nprocs(), sizeof(pg_atomic_uint32))));
+	sz = add_size(sz, mul_size((wb_size / WB_PAGE + 64) / 64, sizeof(pg_atomic_uint64)));
+	return sz;
+}
+
+void
+amr_wb_shmem_attach(char *base, bool init)
+{
+	uint64		nwords;
+	uint64		i;
+
+	if (!wb_active)
+		return;
+	wb_shared = (AmrWbShared *) base;
+	wb_change_seq = (pg_atomic_uint32 *) (base + MAXALIGN(sizeof(AmrWbShared)));
+	wb_dirty = (pg_atomic_uint64 *) ((char *) wb_change_seq +
+									 MAXALIGN(wb_nprocs() * sizeof(pg_atomic_uint32)));
+	if (!init)
+		return;
+	nwords = (wb_size / WB_PAGE + 64) / 64;
+	pg_atomic_init_u32(&wb_shared->armed, 0);
+	pg_atomic_init_u64(&wb_shared->pages_written, 0);
+	pg_atomic_init_u64(&wb_shared->fences, 0);
+	pg_atomic_init_u64(&wb_shared->fenced_redo, 0);
+	wb_shared->npages = wb_size / WB_PAGE;
+	wb_shared->nprocs = wb_nprocs();
+	for (i = 0; i < wb_shared->nprocs; i++)
+		pg_atomic_init_u32(&wb_change_seq[i], 0);
+	for (i = 0; i < nwords; i++)
+		pg_atomic_init_u64(&wb_dirty[i], 0);
+}
+
+/* ---- writing the file ---- */
+
+/*
+ * Write [lo, hi) of the copy (page numbers) to the file.  The caller has
+ * made the WAL durable that the bytes could depend on.
+ */
+static void
+wb_pwrite_pages(const char *src, uint64 lo, uint64 hi)
+{
+	size_t		len = (size_t) (hi - lo) * WB_PAGE;
+	off_t		off = (off_t) lo * WB_PAGE;
+	size_t		done = 0;
+
+	if ((size_t) off >= wb_size)
+		return;
+	len = Min(len, wb_size - (size_t) off);
+	pgstat_report_wait_start(WAIT_EVENT_DATA_FILE_WRITE);
+	while (done < len)
+	{
+		ssize_t		n = pwrite(wb_fd, src + done, len - done, off + (off_t) done);
+
+		if (n <= 0)
+		{
+			pgstat_report_wait_end();
+			if (n == 0)
+				errno = ENOSPC;
+			ereport(IsUnderPostmaster ? ERROR : LOG,
+					(errcode_for_file_access(),
+					 errmsg("could not write to amrtree pool \"%s\": %m",
+							amr_pool_path_display())));
+			return;
+		}
+		done += (size_t) n;
+	}
+	pgstat_report_wait_end();
+}
+
+static void
+wb_fdatasync(void)
+{
+	pgstat_report_wait_start(WAIT_EVENT_DATA_FILE_SYNC);
+	if (fdatasync(wb_fd) != 0)
+	{
+		pgstat_report_wait_end();
+		/* as PostgreSQL does for its own files: a failed sync may lose data */
+		ereport(IsUnderPostmaster ? data_sync_elevel(ERROR) : LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not fsync amrtree pool \"%s\": %m",
+						amr_pool_path_display())));
+		return;
+	}
+	pgstat_report_wait_end();
+}
+
+/* Make every WAL record inserted so far durable (not in the postmaster or during recovery). */
+static void
+wb_flush_wal(void)
+{
+	if (!IsUnderPostmaster || RecoveryInProgress())
+		return;
+	XLogFlush(amr_insert_lsn());
+}
+
+/* Write page runs of the copy through to the file, synced. */
+static void
+wb_write_through_runs(const uint64 *lo, const uint64 *hi, int n)
+{
+	int			i;
+
+	wb_flush_wal();
+	for (i = 0; i < n; i++)
+		wb_pwrite_pages(wb_copy + lo[i] * WB_PAGE, lo[i], hi[i]);
+	wb_fdatasync();
+}
+
+static void
+wb_write_through(size_t off, size_t len)
+{
+	uint64		lo = off / WB_PAGE;
+	uint64		hi = (off + len + WB_PAGE - 1) / WB_PAGE;
+
+	wb_write_through_runs(&lo, &hi, 1);
+}
+
+static void
+wb_write_header(void)
+{
+	wb_write_through(wb_header_off, sizeof(AmrPoolHeader));
+}
+
+static void
+wb_mark_dirty(size_t off, size_t len)
+{
+	uint64		p = off / WB_PAGE;
+	uint64		last = (off + len - 1) / WB_PAGE;
+
+	for (; p <= last; p++)
+	{
+		pg_atomic_uint64 *w = &wb_dirty[p >> 6];
+		uint64		bit = UINT64CONST(1) << (p & 63);
+
+		if ((pg_atomic_read_u64(w) & bit) == 0)
+			pg_atomic_fetch_or_u64(w, bit);
+	}
+}
+
+/* ---- the persist hook ---- */
+
+static void
+wb_batch_add(uint64 lo, uint64 hi)
+{
+	int			i;
+
+	for (i = 0; i < wb_batch_nruns; i++)
+	{
+		if (lo <= wb_batch_hi[i] && hi >= wb_batch_lo[i])
+		{
+			wb_batch_lo[i] = Min(lo, wb_batch_lo[i]);
+			wb_batch_hi[i] = Max(hi, wb_batch_hi[i]);
+			return;
+		}
+	}
+	if (wb_batch_nruns == WB_LOCAL_RUNS)
+	{
+		/* full: what is collected may reach the file now (order is free) */
+		wb_write_through_runs(wb_batch_lo, wb_batch_hi, wb_batch_nruns);
+		wb_batch_nruns = 0;
+	}
+	wb_batch_lo[wb_batch_nruns] = lo;
+	wb_batch_hi[wb_batch_nruns] = hi;
+	wb_batch_nruns++;
+}
+
+/*
+ * Every persist of the copy comes here.  Leaf Table and slot pages are
+ * only marked dirty while the worker is armed: their changes are logged
+ * (or need no log, see docs/design.md), and the fence writes them before
+ * any checkpoint that follows their records completes.  Everything else --
+ * the header and tree records, whose commit protocols assume a durable
+ * store, and every store made while nobody fences -- is written through.
+ */
+static void
+wb_flush_hook(const void *addr, size_t len)
+{
+	size_t		off = (size_t) ((const char *) addr - wb_copy);
+
+	if (len == 0 || off >= wb_size)
+		return;
+	len = Min(len, wb_size - off);
+	if (wb_shared != NULL && off >= wb_dirty_from &&
+		pg_atomic_read_u32(&wb_shared->armed) != 0)
+	{
+		wb_mark_dirty(off, len);
+		return;
+	}
+	if (wb_batch_depth > 0)
+	{
+		wb_batch_add(off / WB_PAGE, (off + len + WB_PAGE - 1) / WB_PAGE);
+		return;
+	}
+	wb_write_through(off, len);
+}
+
+static void
+wb_batch_hook(bool begin)
+{
+	if (begin)
+	{
+		if (wb_batch_depth++ == 0)
+			wb_batch_nruns = 0;
+		return;
+	}
+	Assert(wb_batch_depth > 0);
+	if (--wb_batch_depth > 0 || wb_batch_nruns == 0)
+		return;
+	wb_write_through_runs(wb_batch_lo, wb_batch_hi, wb_batch_nruns);
+	wb_batch_nruns = 0;
+}
+
+/* ---- changes in progress ---- */
+
+void
+amr_wb_change_begin(void)
+{
+	if (wb_change_seq != NULL && MyProc != NULL)
+		pg_atomic_fetch_add_u32(&wb_change_seq[MyProc->pgprocno], 1);
+}
+
+void
+amr_wb_change_end(void)
+{
+	if (wb_change_seq != NULL && MyProc != NULL)
+		pg_atomic_fetch_add_u32(&wb_change_seq[MyProc->pgprocno], 1);
+}
+
+/*
+ * Wait until every logged change that was in progress when we looked has
+ * been made and its pages marked (the counter of a process is odd between
+ * amr_wb_change_begin and _end).  Changes that begin later insert their
+ * records after whatever redo pointer the caller read before calling.
+ */
+static void
+wb_wait_for_changes_in_progress(void)
+{
+	uint32		n = wb_shared->nprocs;
+	uint32	   *seen = palloc(sizeof(uint32) * n);
+	uint32		i;
+
+	pg_memory_barrier();
+	for (i = 0; i < n; i++)
+		seen[i] = pg_atomic_read_u32(&wb_change_seq[i]);
+	for (i = 0; i < n; i++)
+	{
+		while ((seen[i] & 1) != 0 && pg_atomic_read_u32(&wb_change_seq[i]) == seen[i])
+		{
+			CHECK_FOR_INTERRUPTS();
+			pg_usleep(100L);
+		}
+	}
+	pfree(seen);
+}
+
+/* ---- the worker ---- */
+
+/*
+ * Write every dirty page: clear its bit, copy it, make the WAL inserted
+ * so far durable, then write the copies.  A change that lands in a page
+ * after its copy marks it again; one caught half-way in the copy has its
+ * record inserted before the copy began, so the flush covers it.
+ */
+static void
+wb_write_dirty(char *buf)
+{
+	uint64		nwords = (wb_shared->npages + 64) / 64;
+	uint64		pages[WB_WRITE_BATCH];
+	int			n = 0;
+	uint64		w;
+
+	for (w = 0; w <= nwords; w++)
+	{
+		uint64		bits = 0;
+
+		if (w < nwords && pg_atomic_read_u64(&wb_dirty[w]) != 0)
+			bits = pg_atomic_exchange_u64(&wb_dirty[w], 0);
+		while (bits != 0 || (w == nwords && n > 0))
+		{
+			if (bits != 0)
+			{
+				int			b = pg_rightmost_one_pos64(bits);
+
+				bits &= bits - 1;
+				pages[n] = w * 64 + (uint64) b;
+				memcpy(buf + (size_t) n * WB_PAGE, wb_copy + pages[n] * WB_PAGE, WB_PAGE);
+				n++;
+			}
+			if (n == WB_WRITE_BATCH || (bits == 0 && w == nwords && n > 0))
+			{
+				int			i = 0;
+
+				wb_flush_wal();
+				while (i < n)
+				{
+					int			j = i + 1;
+
+					while (j < n && pages[j] == pages[j - 1] + 1)
+						j++;
+					wb_pwrite_pages(buf + (size_t) i * WB_PAGE, pages[i], pages[j - 1] + 1);
+					i = j;
+				}
+				pg_atomic_fetch_add_u64(&wb_shared->pages_written, (uint64) n);
+				n = 0;
+			}
+		}
+		if ((w & 1023) == 0)
+			CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * The fence for redo pointer R: afterwards the file holds every change
+ * whose record lies before R, and says so.
+ */
+static void
+wb_fence(char *buf, XLogRecPtr redo)
+{
+	AmrPoolHeader *hdr = amr_store.header;
+
+	wb_wait_for_changes_in_progress();
+	wb_write_dirty(buf);
+	wb_fdatasync();
+	hdr->fenced_redo = redo;
+	hdr->writeback = 1;
+	wb_write_header();
+	pg_atomic_write_u64(&wb_shared->fenced_redo, redo);
+	pg_atomic_fetch_add_u64(&wb_shared->fences, 1);
+}
+
+static void
+wb_hold_checkpoints(void)
+{
+	StartTransactionCommand();
+	MyProc->delayChkptFlags |= DELAY_CHKPT_COMPLETE;
+}
+
+/*
+ * Stop fencing: from now on every flush writes through; then write what
+ * is dirty and record that the file holds every change.  Also run when
+ * the worker exits on an error, so that a clean shutdown, which stops the
+ * worker before its checkpoint, leaves a complete file.
+ */
+static void
+wb_disarm(int code, Datum arg)
+{
+	char	   *buf = (char *) DatumGetPointer(arg);
+
+	if (wb_shared == NULL || pg_atomic_read_u32(&wb_shared->armed) == 0)
+		return;
+	/* we may be exiting on a termination request: do not act on it again */
+	HOLD_INTERRUPTS();
+	pg_atomic_write_u32(&wb_shared->armed, 0);
+	wb_wait_for_changes_in_progress();
+	wb_write_dirty(buf);
+	wb_fdatasync();
+	amr_store.header->writeback = 0;
+	wb_write_header();
+	RESUME_INTERRUPTS();
+}
+
+void
+amr_wb_worker_main(Datum arg)
+{
+	char	   *buf;
+	XLogRecPtr	fenced;
+	TimestampTz last_write = 0;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	if (!wb_active || wb_shared == NULL)
+		proc_exit(0);			/* not a write-back pool: never needed */
+
+	/* a backend id and transactions: the checkpointer waits on a vxid */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	buf = MemoryContextAlloc(TopMemoryContext, (Size) WB_WRITE_BATCH * WB_PAGE);
+	before_shmem_exit(wb_disarm, PointerGetDatum(buf));
+
+	/*
+	 * Arm: until now every flush wrote through, so the file is complete up
+	 * to the current redo pointer; say so before the first flush that only
+	 * marks a page, then fence once more for changes that raced the switch.
+	 */
+	wb_hold_checkpoints();
+	fenced = GetRedoRecPtr();
+	amr_store.header->fenced_redo = fenced;
+	amr_store.header->writeback = 1;
+	wb_write_header();
+	pg_atomic_write_u32(&wb_shared->armed, 1);
+	wb_fence(buf, fenced);
+	ereport(LOG,
+			(errmsg("amrtree: write-back of pool \"%s\" started", amr_pool_path_display()),
+			 errdetail("Changes reach the file in the background; commits are durable through the WAL.")));
+
+	for (;;)
+	{
+		XLogRecPtr	redo;
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 WB_POLL_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		/* a checkpoint began: it completes only after this fence */
+		redo = GetRedoRecPtr();
+		if (redo != fenced)
+		{
+			wb_fence(buf, redo);
+			fenced = redo;
+		}
+		else if (TimestampDifferenceExceeds(last_write, GetCurrentTimestamp(),
+											amr_writeback_delay_ms))
+		{
+			wb_write_dirty(buf);
+			last_write = GetCurrentTimestamp();
+		}
+
+		/*
+		 * Let a checkpoint that waits on our vxid go, if its redo pointer is
+		 * fenced (the checkpointer waits on the vxid it saw, so taking a new
+		 * one releases it).  A checkpoint that began after the check above
+		 * and reached its wait within the instant until the new vxid exists
+		 * would not wait: then the file is not complete up to its redo
+		 * pointer, the next fence makes it so, and a crash in between is
+		 * detected at start (amr_wb_load) and heals by rebuilding.
+		 */
+		if (GetRedoRecPtr() == fenced)
+		{
+			CommitTransactionCommand();
+			wb_hold_checkpoints();
+		}
+	}
+}
+
+void
+amr_wb_register_worker(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	snprintf(worker.bgw_name, BGW_MAXLEN, "amrtree write-back");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "amrtree write-back");
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 1;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "amrtree");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "amr_wb_worker_main");
+	RegisterBackgroundWorker(&worker);
+}
+
+/* ---- the postmaster: the copy ---- */
+
+/* The redo pointer recovery will start from: the backup's, else the control file's. */
+static XLogRecPtr
+wb_recovery_start(void)
+{
+	char		path[MAXPGPATH];
+	FILE	   *f;
+	bool		crc_ok = false;
+	ControlFileData *cf;
+	XLogRecPtr	redo = InvalidXLogRecPtr;
+
+	snprintf(path, sizeof(path), "%s/backup_label", DataDir);
+	f = fopen(path, "r");
+	if (f != NULL)
+	{
+		char		line[MAXPGPATH];
+		uint32		hi,
+					lo;
+
+		while (fgets(line, sizeof(line), f) != NULL)
+			if (sscanf(line, "START WAL LOCATION: %X/%X", &hi, &lo) == 2)
+				redo = ((uint64) hi << 32) | lo;
+		fclose(f);
+		if (redo != InvalidXLogRecPtr)
+			return redo;
+	}
+	cf = get_controlfile(DataDir, &crc_ok);
+	if (crc_ok)
+		redo = cf->checkPointCopy.redo;
+	pfree(cf);
+	return redo;
+}
+
+/*
+ * Load the copy from the file: everything up to the slot area, then the
+ * slots the Leaf Table places on PMEM.  Then decide whether the file can
+ * be trusted, and from now on write through until the worker arms.
+ */
+static void
+wb_load(void)
+{
+	AmrPoolHeader *hdr = (AmrPoolHeader *) (wb_copy + wb_header_off);
+	const AmrLeafTableEntry *lt;
+	uint8	   *used;
+	uint64		id,
+				s,
+				nslots;
+
+	memcpy(wb_copy, wb_file_map,
+		   ((const AmrPoolHeader *) (wb_file_map + wb_header_off))->slots_offset);
+	nslots = hdr->pmem_nslots;
+	lt = (const AmrLeafTableEntry *) (wb_copy + hdr->lt_offset);
+	used = palloc0(nslots + 1);
+	for (id = 0; id < hdr->lt_capacity; id++)
+	{
+		uint64		word = lt[id].word;
+
+		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM && AMR_WORD_SLOT(word) < nslots)
+			used[AMR_WORD_SLOT(word)] = 1;
+	}
+	for (s = 0; s < nslots;)
+	{
+		uint64		e;
+		size_t		off;
+
+		if (!used[s])
+		{
+			s++;
+			continue;
+		}
+		for (e = s; e < nslots && used[e]; e++)
+			;
+		off = hdr->slots_offset + (size_t) s * AMR_SLOT_SIZE;
+		memcpy(wb_copy + off, wb_file_map + off, (size_t) (e - s) * AMR_SLOT_SIZE);
+		s = e;
+	}
+	pfree(used);
+
+	if (hdr->writeback != 0)
+	{
+		XLogRecPtr	start = wb_recovery_start();
+
+		if (hdr->fenced_redo < start)
+		{
+			ereport(LOG,
+					(errmsg("amrtree: pool \"%s\" is not complete up to the WAL position recovery starts from; its indexes are rebuilt",
+							amr_pool_path_display()),
+					 errdetail("The file holds every change before %X/%X; recovery starts at %X/%X.",
+							   LSN_FORMAT_ARGS(hdr->fenced_redo), LSN_FORMAT_ARGS(start))));
+			hdr->history_reset = 1;
+		}
+		hdr->writeback = 0;
+		wb_write_header();
+	}
+}
+
+bool
+amr_wb_start(const char *path, char *file_map, size_t file_size, AmrPoolHeader *file_hdr)
+{
+	int			fd;
+	char	   *copy;
+
+	fd = open(path, O_RDWR | PG_BINARY, 0);
+	if (fd < 0)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("amrtree: could not open \"%s\" for write-back, persisting with msync instead: %m",
+						path)));
+		return false;
+	}
+	copy = mmap(NULL, file_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (copy == MAP_FAILED)
+	{
+		ereport(LOG,
+				(errmsg("amrtree: could not map %zu MB of shared memory for the write-back copy of \"%s\", persisting with msync instead: %m",
+						file_size >> 20, path)));
+		close(fd);
+		return false;
+	}
+	wb_fd = fd;
+	wb_copy = copy;
+	wb_file_map = file_map;
+	wb_size = file_size;
+	wb_header_off = (size_t) ((char *) file_hdr - file_map);
+	wb_dirty_from = (size_t) file_hdr->lt_offset;
+	wb_active = true;
+	amr_persist_hook = wb_flush_hook;
+	amr_persist_batch_hook = wb_batch_hook;
+	wb_load();
+	return true;
+}
+
+char *
+amr_wb_copy_base(void)
+{
+	return wb_copy;
+}
+
+bool
+amr_wb_active(void)
+{
+	return wb_active;
+}
+
+void
+amr_wb_reload(void)
+{
+	if (wb_active)
+		wb_load();
+}
+
+void
+amr_wb_before_device_write(void)
+{
+	if (wb_active && wb_shared != NULL && pg_atomic_read_u32(&wb_shared->armed) != 0)
+		wb_flush_wal();
+}
+
+void
+amr_wb_describe(StringInfo buf)
+{
+	if (!wb_active || wb_shared == NULL)
+		return;
+	appendStringInfo(buf, "; write-back %s, %llu pages written, %llu fences, complete before %X/%X",
+					 pg_atomic_read_u32(&wb_shared->armed) ? "running" : "not running (writing through)",
+					 (unsigned long long) pg_atomic_read_u64(&wb_shared->pages_written),
+					 (unsigned long long) pg_atomic_read_u64(&wb_shared->fences),
+					 LSN_FORMAT_ARGS(pg_atomic_read_u64(&wb_shared->fenced_redo)));
+}
