@@ -15,8 +15,8 @@
 #
 # AMRTREE_CRASH_ROUNDS=N adds N rounds at randomly chosen points and hit
 # counts, for soak runs.  AMRTREE_CRASH_POOL=disk puts the pool where
-# amrtree's default puts it, a file in the data directory persisted with
-# msync, instead of /dev/shm.
+# amrtree's default puts it, a file in the data directory written back in
+# the background (docs/design.md, "Write-back pools"), instead of /dev/shm.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -29,7 +29,9 @@ use AmrTree;
 
 my $started = time;
 my $on_disk = ($ENV{AMRTREE_CRASH_POOL} // '') eq 'disk';
-my $node = amr_node('matrix', ($on_disk ? (pool => undef) : ()), conf => q{
+# wal_level = replica as in PostgreSQL's default (the TAP default, minimal,
+# would make a disk pool persist with msync instead of writing back)
+my $node = amr_node('matrix', ($on_disk ? (pool => undef) : ()), conf => ($on_disk ? "wal_level = replica\n" : '') . q{
 restart_after_crash = on
 autovacuum = off
 amrtree.scan_interval = 100ms

@@ -96,7 +96,7 @@ amr_persist_describe(void)
 		case FLUSH_MSYNC:
 			return "msync";
 		case FLUSH_HOOK:
-			return "write-back to the file, durability from the WAL";
+			return "write-back";
 	}
 	return "unknown";
 }
