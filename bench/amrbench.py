@@ -48,7 +48,8 @@ CONFIG_NOTE = {
     'shm': 'PMEM emulated: the pool is a file on /dev/shm (DRAM-backed tmpfs); '
            'synchronous_commit = off',
     'disk': "amrtree's default: the pool is pg_amrtree/pmem.pool in the data directory "
-            '(a disk file, persisted with msync); synchronous_commit = on',
+            '(a disk file, written back in the background, commits durable through the WAL); '
+            'synchronous_commit = on',
 }
 
 
@@ -87,7 +88,7 @@ class Cluster:
     pool_on_shm: the PMEM pool is a file on /dev/shm (emulated PMEM, the
     benchmarks' default); otherwise amrtree.pmem_path is left unset, so the
     pool is amrtree's default, pg_amrtree/pmem.pool in the data directory (a
-    disk file, persisted with msync).  Clusters running side by side get
+    disk file, written back in the background).  Clusters running side by side get
     different ports (port_offset)."""
 
     def __init__(self, workdir, name, pmem_mb, ssd_mb, extra_conf='', pool_on_shm=True,
@@ -604,9 +605,9 @@ def cmd_compare(args):
     info = machine_info()
     print_machine(info, configs)
     csvpath, rows = prepare_data(args, args.workdir, rows)
-    # --quick inserts half the rows in bulk: with the pool on disk an
-    # amrtree index costs ~100x GiST's per row there (25-45 s for 100,000
-    # rows), which alone would take --config both past four minutes
+    # --quick inserts half the rows in bulk (with the msync disk pool of
+    # earlier versions an amrtree index cost ~100x GiST's per row there,
+    # which alone took --config both past four minutes)
     bulk_rows = min(args.bulk_rows or (rows // 2 if quick else rows), rows)
     log('compare: %d %s rows, configuration%s %s, %d client(s), %d repetition(s) of builds '
         'and bulk inserts, %d round(s) of %d s pgbench runs, %d restart(s)%s'
@@ -1249,6 +1250,14 @@ def cmd_growth(args):
 
 
 def cmd_budget_sweep(args):
+    configs = ['shm', 'disk'] if args.config == 'both' else [args.config]
+    for cfg in configs:
+        budget_sweep_one(args, cfg, len(configs) > 1)
+
+
+def budget_sweep_one(args, cfg, several):
+    """The sweep in one configuration: shm (emulated PMEM, synchronous_commit
+    off) or disk (amrtree's default pool file, synchronous_commit on)."""
     quick = args.quick
     sizes = [int(x) for x in args.rows.split(',')] if args.rows else \
         ([100000] if quick else [100000, 1000000])
@@ -1258,21 +1267,24 @@ def cmd_budget_sweep(args):
     qsec = args.seconds or (2 if quick else 10)
     settle = 1 if quick else 2
     stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
-    outdir = os.path.join(args.results, 'budget_sweep-' + stamp)
+    outdir = os.path.join(args.results, 'budget_sweep-' + stamp + ('-' + cfg if several else ''))
     res = Results(outdir, 'budget_sweep')
     info = machine_info()
-    print_machine(info)
-    log('budget sweep: rows %s, clients %s, %d repetition(s), budgets %s%s'
-        % (sizes, clients_list, reps, [c[0] for c in CONFIGS], ' (quick)' if quick else ''))
+    print_machine(info, [cfg])
+    log('budget sweep (%s): rows %s, clients %s, %d repetition(s), budgets %s%s'
+        % (cfg, sizes, clients_list, reps, [c[0] for c in CONFIGS], ' (quick)' if quick else ''))
     extra = ''
     if args.ssd_cache_size is not None:
         extra = "amrtree.ssd_cache_size = '%s'\n" % args.ssd_cache_size
         log('amrtree.ssd_cache_size = %s' % args.ssd_cache_size)
     maxrows = max(sizes)
     pool_mb = max(256, int(maxrows * ENTRY_BYTES * 3 / 1048576) * 2 + 256)
-    cl = Cluster(args.workdir, 'sweep', pool_mb, pool_mb, extra_conf=extra)
+    cl = Cluster(args.workdir, 'sweep', pool_mb, pool_mb, extra_conf=extra,
+                 pool_on_shm=(cfg == 'shm'),
+                 synchronous_commit='off' if cfg == 'shm' else 'on')
     logdir = os.path.join(cl.dir, 'pgbench-logs')
-    summary = {'machine': info, 'sizes': sizes, 'clients': clients_list, 'reps': reps,
+    summary = {'machine': info, 'config': cfg, 'config_note': CONFIG_NOTE[cfg],
+               'sizes': sizes, 'clients': clients_list, 'reps': reps,
                'ssd_cache_size': args.ssd_cache_size or 'default',
                'runs': [], 'latency': {}, 'promotion': {}, 'sensitivity': []}
     ins = os.path.join(SCRIPTS, 'insert_batch.sql')
@@ -1647,6 +1659,10 @@ def main():
     g.add_argument('--seconds', type=int, help='seconds per pgbench run (default 5)')
     s = sub.add_parser('budget_sweep')
     s.add_argument('--quick', action='store_true')
+    s.add_argument('--config', choices=['shm', 'disk', 'both'], default='shm',
+                   help='shm: the pool on /dev/shm, synchronous_commit off; disk: the default '
+                   'pool file in the data directory, synchronous_commit on; both: one after '
+                   'the other')
     s.add_argument('--rows', help='comma-separated sizes')
     s.add_argument('--clients', help='comma-separated client counts')
     s.add_argument('--reps', type=int)

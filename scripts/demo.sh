@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # amrtree end to end on a fresh Debian 12 machine: installs dependencies,
 # builds and installs the extension, starts a throwaway cluster under the
-# repository (./.demo) with amrtree preloaded, its PMEM pool emulated on
-# /dev/shm and its SSD slot file in the data directory, loads 200,000 Porto-like taxi
+# repository (./.demo) with amrtree preloaded, its pool and SSD slot file
+# where amrtree puts them by default (files in the data directory; the pool
+# is written back in the background), loads 200,000 Porto-like taxi
 # boxes, builds an amrtree index with a 30% PMEM budget (and a GiST one to
 # compare), runs queries, makes a region hot, restarts, and shows tier
 # statistics.
@@ -31,7 +32,7 @@ build_install
 
 DEMO="$(pg_owned_dir "$AMR_ROOT/.demo")"
 DATA="$DEMO/data"
-POOL="/dev/shm/amrtree-demo-$(id -u).pool"
+POOL="$DATA/pg_amrtree/pmem.pool"	# the default; no setting needed
 PORT="$(free_port 55500)"
 
 pg() { as_pg "$DEMO" "$PG_BIN/$@"; }
@@ -41,19 +42,18 @@ stop_cluster() {
 	[ -f "$DATA/postmaster.pid" ] && pg pg_ctl -D "$DATA" -m fast -w stop >/dev/null 2>&1 || true
 }
 if [ "$KEEP" = 0 ]; then
-	trap 'stop_cluster; rm -f "$POOL"' EXIT
+	trap 'stop_cluster' EXIT
 fi
 
-say "throwaway cluster in $DATA (port $PORT), PMEM pool emulated at $POOL"
+say "throwaway cluster in $DATA (port $PORT), pool at $POOL (amrtree's default)"
 stop_cluster
-as_root rm -rf "$DATA" "$POOL"
+as_root rm -rf "$DATA"
 pg initdb -D "$DATA" -A trust -U postgres >/dev/null
 cat >> "$DATA/postgresql.conf" <<CONF
 shared_preload_libraries = 'amrtree'
 port = $PORT
 listen_addresses = ''
 unix_socket_directories = '$DEMO'
-amrtree.pmem_path = '$POOL'
 amrtree.pmem_size = 512MB
 amrtree.dram_size = 64MB
 amrtree.ssd_size = 256MB

@@ -99,6 +99,7 @@ static size_t wb_header_off = 0;
 /* Shared state (amr_wb_shmem_attach). */
 static AmrWbShared *wb_shared = NULL;
 static pg_atomic_uint32 *wb_change_seq = NULL;
+static pg_atomic_uint32 *wb_mark_seq = NULL;
 static pg_atomic_uint64 *wb_dirty = NULL;
 
 /* A process's write-through batch (amr_persist_batch_begin/end). */
@@ -126,7 +127,7 @@ amr_wb_shmem_size(void)
 	if (!wb_active)
 		return 0;
 	sz = MAXALIGN(sizeof(AmrWbShared));
-	sz = add_size(sz, MAXALIGN(mul_size(wb_nprocs(), sizeof(pg_atomic_uint32))));
+	sz = add_size(sz, MAXALIGN(mul_size(wb_nprocs(), 2 * sizeof(pg_atomic_uint32))));
 	sz = add_size(sz, mul_size((wb_size / WB_PAGE + 64) / 64, sizeof(pg_atomic_uint64)));
 	return sz;
 }
@@ -141,8 +142,9 @@ amr_wb_shmem_attach(char *base, bool init)
 		return;
 	wb_shared = (AmrWbShared *) base;
 	wb_change_seq = (pg_atomic_uint32 *) (base + MAXALIGN(sizeof(AmrWbShared)));
+	wb_mark_seq = wb_change_seq + wb_nprocs();
 	wb_dirty = (pg_atomic_uint64 *) ((char *) wb_change_seq +
-									 MAXALIGN(wb_nprocs() * sizeof(pg_atomic_uint32)));
+									 MAXALIGN(wb_nprocs() * 2 * sizeof(pg_atomic_uint32)));
 	if (!init)
 		return;
 	nwords = (wb_size / WB_PAGE + 64) / 64;
@@ -153,7 +155,10 @@ amr_wb_shmem_attach(char *base, bool init)
 	wb_shared->npages = wb_size / WB_PAGE;
 	wb_shared->nprocs = wb_nprocs();
 	for (i = 0; i < wb_shared->nprocs; i++)
+	{
 		pg_atomic_init_u32(&wb_change_seq[i], 0);
+		pg_atomic_init_u32(&wb_mark_seq[i], 0);
+	}
 	for (i = 0; i < nwords; i++)
 		pg_atomic_init_u64(&wb_dirty[i], 0);
 }
@@ -307,11 +312,25 @@ wb_flush_hook(const void *addr, size_t len)
 	if (len == 0 || off >= wb_size)
 		return;
 	len = Min(len, wb_size - off);
-	if (wb_shared != NULL && off >= wb_dirty_from &&
-		pg_atomic_read_u32(&wb_shared->armed) != 0)
+	if (wb_shared != NULL && off >= wb_dirty_from && MyProc != NULL)
 	{
-		wb_mark_dirty(off, len);
-		return;
+		pg_atomic_uint32 *seq = &wb_mark_seq[MyProc->pgprocno];
+		bool		marked = false;
+
+		/*
+		 * Odd while we decide and mark, so that a disarming worker, which
+		 * waits for odd counters after it cleared armed, writes this page
+		 * (see wb_disarm): not every store here is inside a logged change.
+		 */
+		pg_atomic_fetch_add_u32(seq, 1);
+		if (pg_atomic_read_u32(&wb_shared->armed) != 0)
+		{
+			wb_mark_dirty(off, len);
+			marked = true;
+		}
+		pg_atomic_fetch_add_u32(seq, 1);
+		if (marked)
+			return;
 	}
 	if (wb_batch_depth > 0)
 	{
@@ -360,7 +379,7 @@ amr_wb_change_end(void)
  * records after whatever redo pointer the caller read before calling.
  */
 static void
-wb_wait_for_changes_in_progress(void)
+wb_wait_for_odd(pg_atomic_uint32 *counters)
 {
 	uint32		n = wb_shared->nprocs;
 	uint32	   *seen = palloc(sizeof(uint32) * n);
@@ -368,16 +387,22 @@ wb_wait_for_changes_in_progress(void)
 
 	pg_memory_barrier();
 	for (i = 0; i < n; i++)
-		seen[i] = pg_atomic_read_u32(&wb_change_seq[i]);
+		seen[i] = pg_atomic_read_u32(&counters[i]);
 	for (i = 0; i < n; i++)
 	{
-		while ((seen[i] & 1) != 0 && pg_atomic_read_u32(&wb_change_seq[i]) == seen[i])
+		while ((seen[i] & 1) != 0 && pg_atomic_read_u32(&counters[i]) == seen[i])
 		{
 			CHECK_FOR_INTERRUPTS();
 			pg_usleep(100L);
 		}
 	}
 	pfree(seen);
+}
+
+static void
+wb_wait_for_changes_in_progress(void)
+{
+	wb_wait_for_odd(wb_change_seq);
 }
 
 /* ---- the worker ---- */
@@ -478,7 +503,9 @@ wb_disarm(int code, Datum arg)
 	/* we may be exiting on a termination request: do not act on it again */
 	HOLD_INTERRUPTS();
 	pg_atomic_write_u32(&wb_shared->armed, 0);
+	/* logged changes under way, and stores that found us armed */
 	wb_wait_for_changes_in_progress();
+	wb_wait_for_odd(wb_mark_seq);
 	wb_write_dirty(buf);
 	wb_fdatasync();
 	amr_store.header->writeback = 0;
