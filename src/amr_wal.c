@@ -184,15 +184,18 @@ amr_wal_append(const AmrTree *t, uint32 leaf_id, uint32 version, int pos,
 {
 	xl_amr_append xlrec;
 
+	memset(&xlrec, 0, sizeof(xlrec));
+	xlrec.key = e->key;
 	tree_ref(&amr_store.tree_records[t->tree_no], &xlrec.tree);
 	xlrec.leaf_id = leaf_id;
 	xlrec.version = version;
+	xlrec.tid_blk_hi = e->tid_blk_hi;
+	xlrec.tid_blk_lo = e->tid_blk_lo;
+	xlrec.tid_off = e->tid_off;
+	xlrec.flags = e->flags;
 	xlrec.pos = (uint16) pos;
-	xlrec.reserved = 0;
-	xlrec.entry = *e;
-	xlrec.entry.insert_lsn = 0;
 	XLogBeginInsert();
-	XLogRegisterData((char *) &xlrec, sizeof(xlrec));
+	XLogRegisterData((char *) &xlrec, SizeOfXlAmrAppend);
 	return XLogInsert((RmgrId) amr_wal_rmgr_id, XLOG_AMR_APPEND);
 }
 
@@ -324,12 +327,13 @@ amr_desc(StringInfo buf, XLogReaderState *record)
 			}
 			break;
 		case XLOG_AMR_APPEND:
-			if (len >= sizeof(xl_amr_append))
+			if (len >= SizeOfXlAmrAppend)
 			{
-				xl_amr_append *x = (xl_amr_append *) rec;
+				xl_amr_append x;
 
-				desc_tree(buf, &x->tree);
-				appendStringInfo(buf, "; leaf %u v%u pos %u", x->leaf_id, x->version, x->pos);
+				memcpy(&x, rec, SizeOfXlAmrAppend);
+				desc_tree(buf, &x.tree);
+				appendStringInfo(buf, "; leaf %u v%u pos %u", x.leaf_id, x.version, x.pos);
 			}
 			break;
 		case XLOG_AMR_MARK_DEAD:

@@ -110,16 +110,26 @@ typedef struct xl_amr_image
 	uint16		reserved;
 } xl_amr_image;
 
-/* XLOG_AMR_APPEND: the entry goes into position pos (the count, or a dead one) */
+/*
+ * XLOG_AMR_APPEND: the entry goes into position pos (the count, or a dead
+ * one).  The entry travels without its WAL position (it is the record's
+ * end), and the fields are ordered so that the 70 bytes logged make a
+ * 96-byte record, as small as GiST's for one tuple: the commonest record.
+ */
 typedef struct xl_amr_append
 {
+	AmrBox		key;
 	xl_amr_tree tree;
 	uint32		leaf_id;
 	uint32		version;
+	uint16		tid_blk_hi;		/* AmrLeafEntry's */
+	uint16		tid_blk_lo;
+	uint16		tid_off;
+	uint16		flags;
 	uint16		pos;
-	uint16		reserved;
-	AmrLeafEntry entry;			/* insert_lsn: replaced by the record's end */
 } xl_amr_append;
+
+#define SizeOfXlAmrAppend	(offsetof(xl_amr_append, pos) + sizeof(uint16))
 
 /* XLOG_AMR_MARK_DEAD: this, then npos uint16 positions */
 typedef struct xl_amr_mark_dead

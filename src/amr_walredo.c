@@ -585,15 +585,30 @@ static void
 redo_append(XLogReaderState *record)
 {
 	AmrStore   *s = &amr_store;
-	xl_amr_append *x = (xl_amr_append *) XLogRecGetData(record);
-	AmrTree    *t = redo_tree(&x->tree);
-	AmrLeafEntry e = x->entry;
-	bool		nulls = (e.flags & AMR_ENTRY_FLAG_NULL) != 0;
-	AmrFBox		box = amr_entry_fbox(&e);
-	uint32		leaf_id = x->leaf_id;
+	xl_amr_append xbuf;
+	xl_amr_append *x = &xbuf;
+	AmrTree    *t;
+	AmrLeafEntry e;
+	bool		nulls;
+	AmrFBox		box;
+	uint32		leaf_id;
 	uint64		word;
 	AmrLeaf    *img = redo_buf[0];
 	AmrLeaf    *leaf;
+
+	/* 70 bytes logged: copy them out aligned */
+	memset(&xbuf, 0, sizeof(xbuf));
+	memcpy(&xbuf, XLogRecGetData(record), Min(XLogRecGetDataLen(record), SizeOfXlAmrAppend));
+	t = redo_tree(&x->tree);
+	memset(&e, 0, sizeof(e));
+	e.key = x->key;
+	e.tid_blk_hi = x->tid_blk_hi;
+	e.tid_blk_lo = x->tid_blk_lo;
+	e.tid_off = x->tid_off;
+	e.flags = x->flags;
+	nulls = (e.flags & AMR_ENTRY_FLAG_NULL) != 0;
+	box = amr_entry_fbox(&e);
+	leaf_id = x->leaf_id;
 
 	if (t == NULL || !leaf_id_fits(t, leaf_id) || already_has(t, leaf_id, x->version, false))
 		return;
@@ -958,5 +973,7 @@ amr_redo_cleanup(void)
 {
 	if (!amr_preloaded || amr_shared == NULL)
 		return;
+	/* before the end-of-recovery checkpoint, which waits for no fence */
+	amr_wb_recovery_done();
 	amr_note_replay_end(GetXLogReplayRecPtr(NULL));
 }

@@ -49,6 +49,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
+#include "access/xlogrecovery.h"
 #include "common/controldata_utils.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -269,6 +270,93 @@ wb_mark_dirty(size_t off, size_t len)
 	}
 }
 
+/* ---- during recovery ---- */
+
+/*
+ * WAL replay (crash recovery, a standby) writes each change through to the
+ * file at once but syncs it only every WB_RECOVERY_SYNC_MS and at the end
+ * of recovery: a sync per change would make a standby on a disk pool fall
+ * behind a primary that writes back.  No checkpoint fence is possible here
+ * (restartpoints wait for nobody), so the header says how the file may be
+ * incomplete: writeback = AMR_WB_RECOVERY, fenced_redo = the replay
+ * position of the last sync, boot = this boot.  A later start trusts the
+ * file if the machine did not reboot since (the page cache kept every
+ * write) or if the last sync covers the redo pointer recovery starts from.
+ */
+#define WB_RECOVERY_SYNC_MS	1000
+
+static TimestampTz wb_recovery_synced_at = 0;
+static bool wb_recovery_marked = false;
+
+static uint64
+wb_boot_tag(void)
+{
+	char		id[64] = {0};
+	FILE	   *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	uint64		tag = 0;
+	int			i;
+
+	if (f == NULL)
+		return 0;
+	if (fgets(id, sizeof(id), f) == NULL)
+		id[0] = '\0';
+	fclose(f);
+	/* FNV-1a: any stable 64-bit digest of the boot's id will do */
+	tag = UINT64CONST(0xcbf29ce484222325);
+	for (i = 0; id[i] != '\0' && id[i] != '\n'; i++)
+		tag = (tag ^ (unsigned char) id[i]) * UINT64CONST(0x100000001b3);
+	return tag;
+}
+
+static void
+wb_recovery_sync(void)
+{
+	AmrPoolHeader *hdr = (AmrPoolHeader *) (wb_copy + wb_header_off);
+	XLogRecPtr	replayed = GetXLogReplayRecPtr(NULL);
+
+	wb_fdatasync();
+	hdr->fenced_redo = replayed;
+	wb_pwrite_pages(wb_copy + (wb_header_off / WB_PAGE) * WB_PAGE, wb_header_off / WB_PAGE,
+					(wb_header_off + sizeof(AmrPoolHeader) + WB_PAGE - 1) / WB_PAGE);
+	wb_fdatasync();
+	wb_recovery_synced_at = GetCurrentTimestamp();
+}
+
+static void
+wb_recovery_write(size_t off, size_t len)
+{
+	if (!wb_recovery_marked)
+	{
+		AmrPoolHeader *hdr = (AmrPoolHeader *) (wb_copy + wb_header_off);
+
+		hdr->writeback = AMR_WB_RECOVERY;
+		hdr->boot = wb_boot_tag();
+		hdr->fenced_redo = GetXLogReplayRecPtr(NULL);
+		wb_write_through(wb_header_off, sizeof(AmrPoolHeader));
+		wb_recovery_marked = true;
+		wb_recovery_synced_at = GetCurrentTimestamp();
+	}
+	wb_pwrite_pages(wb_copy + (off / WB_PAGE) * WB_PAGE, off / WB_PAGE,
+					(off + len + WB_PAGE - 1) / WB_PAGE);
+	if (TimestampDifferenceExceeds(wb_recovery_synced_at, GetCurrentTimestamp(),
+								   WB_RECOVERY_SYNC_MS))
+		wb_recovery_sync();
+}
+
+void
+amr_wb_recovery_done(void)
+{
+	AmrPoolHeader *hdr;
+
+	if (!wb_active || !wb_recovery_marked)
+		return;
+	hdr = (AmrPoolHeader *) (wb_copy + wb_header_off);
+	wb_fdatasync();
+	hdr->writeback = AMR_WB_COMPLETE;
+	wb_write_through(wb_header_off, sizeof(AmrPoolHeader));
+	wb_recovery_marked = false;
+}
+
 /* ---- the persist hook ---- */
 
 static void
@@ -331,6 +419,11 @@ wb_flush_hook(const void *addr, size_t len)
 		pg_atomic_fetch_add_u32(seq, 1);
 		if (marked)
 			return;
+	}
+	if (IsUnderPostmaster && RecoveryInProgress())
+	{
+		wb_recovery_write(off, len);
+		return;
 	}
 	if (wb_batch_depth > 0)
 	{
@@ -474,7 +567,7 @@ wb_fence(char *buf, XLogRecPtr redo)
 	wb_write_dirty(buf);
 	wb_fdatasync();
 	hdr->fenced_redo = redo;
-	hdr->writeback = 1;
+	hdr->writeback = AMR_WB_FENCED;
 	wb_write_header();
 	pg_atomic_write_u64(&wb_shared->fenced_redo, redo);
 	pg_atomic_fetch_add_u64(&wb_shared->fences, 1);
@@ -508,7 +601,7 @@ wb_disarm(int code, Datum arg)
 	wb_wait_for_odd(wb_mark_seq);
 	wb_write_dirty(buf);
 	wb_fdatasync();
-	amr_store.header->writeback = 0;
+	amr_store.header->writeback = AMR_WB_COMPLETE;
 	wb_write_header();
 	RESUME_INTERRUPTS();
 }
@@ -540,7 +633,7 @@ amr_wb_worker_main(Datum arg)
 	wb_hold_checkpoints();
 	fenced = GetRedoRecPtr();
 	amr_store.header->fenced_redo = fenced;
-	amr_store.header->writeback = 1;
+	amr_store.header->writeback = AMR_WB_FENCED;
 	wb_write_header();
 	pg_atomic_write_u32(&wb_shared->armed, 1);
 	wb_fence(buf, fenced);
@@ -692,7 +785,8 @@ wb_load(void)
 	{
 		XLogRecPtr	start = wb_recovery_start();
 
-		if (hdr->fenced_redo < start)
+		if (hdr->fenced_redo < start &&
+			!(hdr->writeback == AMR_WB_RECOVERY && hdr->boot != 0 && hdr->boot == wb_boot_tag()))
 		{
 			ereport(LOG,
 					(errmsg("amrtree: pool \"%s\" is not complete up to the WAL position recovery starts from; its indexes are rebuilt",
@@ -701,7 +795,7 @@ wb_load(void)
 							   LSN_FORMAT_ARGS(hdr->fenced_redo), LSN_FORMAT_ARGS(start))));
 			hdr->history_reset = 1;
 		}
-		hdr->writeback = 0;
+		hdr->writeback = AMR_WB_COMPLETE;
 		wb_write_header();
 	}
 }

@@ -243,6 +243,8 @@ extern char *amr_wb_copy_base(void);
 extern bool amr_wb_active(void);
 /* Postmaster, restarting its children after a crash: load the copy again. */
 extern void amr_wb_reload(void);
+/* Startup process, end of redo: sync what replay wrote, mark the file complete. */
+extern void amr_wb_recovery_done(void);
 /* Shared memory for dirty pages and change counters, and attaching to it. */
 extern Size amr_wb_shmem_size(void);
 extern void amr_wb_shmem_attach(char *base, bool init);

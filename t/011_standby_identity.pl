@@ -35,7 +35,7 @@ $primary->wait_for_catchup($standby);
 
 # amrtree's resource manager names and describes its records (pg_walinspect)
 $primary->safe_psql('postgres', 'CREATE EXTENSION pg_walinspect');
-my $wal = qq{FROM pg_get_wal_records_info('$lsn0', pg_current_wal_lsn()) WHERE resource_manager = 'amrtree'};
+my $wal = qq{FROM pg_get_wal_records_info('$lsn0', pg_current_wal_flush_lsn()) WHERE resource_manager = 'amrtree'};
 like($primary->safe_psql('postgres', "SELECT string_agg(DISTINCT record_type, ',') $wal"),
 	qr/APPEND/, 'pg_walinspect shows amrtree records by type');
 like($primary->safe_psql('postgres', "SELECT description $wal AND record_type = 'APPEND' LIMIT 1"),

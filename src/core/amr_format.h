@@ -55,15 +55,21 @@ typedef struct AmrPoolHeader
 								 * the pruning resumes it (amr_reconcile.c) */
 	uint64_t	history_reset;	/* nonzero: WAL replay could not use the
 								 * pool at all; every tree is stale */
-	uint64_t	writeback;		/* nonzero: the file is written back in the
-								 * background (a DRAM copy is ahead of it) and
-								 * holds every change whose WAL record lies
-								 * before fenced_redo; zero: it holds every
-								 * change (amr_writeback.c) */
-	uint64_t	fenced_redo;
-	uint64_t	reserved[1];
+	uint64_t	writeback;		/* AMR_WB_*: how the file may lag the DRAM
+								 * copy of a write-back pool
+								 * (amr_writeback.c) */
+	uint64_t	fenced_redo;	/* the file holds every change whose WAL
+								 * record lies before this */
+	uint64_t	boot;			/* AMR_WB_RECOVERY: digest of the boot that
+								 * wrote without syncing */
 	uint64_t	initialized;	/* AMR_POOL_MAGIC once everything above is */
 } AmrPoolHeader;
+
+/* AmrPoolHeader.writeback */
+#define AMR_WB_COMPLETE		0	/* the file holds every change */
+#define AMR_WB_FENCED		1	/* written back; complete before fenced_redo */
+#define AMR_WB_RECOVERY		2	/* replay wrote without syncing since
+								 * fenced_redo, during boot */
 
 /* Tree directory: one record per index, keyed by its storage identity. */
 typedef enum AmrTreeState
