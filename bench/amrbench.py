@@ -1082,8 +1082,11 @@ def plot_compare(summary, outdir):
     series = [(cfg, am) for cfg in configs for am in AMS]
     width = 0.8 / len(series)
     for i, (cfg, am) in enumerate(series):
-        vals = [out[cfg]['tps'][l][am]['tps'] for l in labels]
-        errs = [out[cfg]['tps'][l][am]['sd'] for l in labels]
+        # not every script runs on every method (KNN on points, PostGIS)
+        vals = [out[cfg]['tps'][l][am]['tps'] if am in out[cfg]['tps'][l] else 0
+                for l in labels]
+        errs = [out[cfg]['tps'][l][am]['sd'] if am in out[cfg]['tps'][l] else 0
+                for l in labels]
         ax.bar([x + (i - (len(series) - 1) / 2) * width for x in range(len(labels))], vals, width,
                yerr=errs, label=series_label(cfg, am), color=colors[am],
                hatch='//' if cfg == 'disk' else None, edgecolor='white' if cfg == 'disk' else None)
