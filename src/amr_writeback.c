@@ -815,7 +815,9 @@ amr_wb_start(const char *path, char *file_map, size_t file_size, AmrPoolHeader *
 						path)));
 		return false;
 	}
-	copy = mmap(NULL, file_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	/* pages are allocated as the pool fills: reserve nothing up front */
+	copy = mmap(NULL, file_size, PROT_READ | PROT_WRITE,
+				MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (copy == MAP_FAILED)
 	{
 		ereport(LOG,

@@ -14,7 +14,9 @@
 # After each: amrtree_check holds, every strategy on 40 windows returns what
 # a sequential scan returns (no committed row lost), an index-only scan
 # counts exactly the heap's rows after VACUUM (no phantom row), and KNN
-# agrees with a sort.  Then the pool file is deleted while the server is
+# agrees with a sort.  Then a pool file older than the last checkpoint
+# (what a checkpoint slipping between two fences would leave) is refused
+# and the index rebuilt, and the pool file is deleted while the server is
 # stopped: reads and writes work at once and the index is rebuilt.
 use strict;
 use warnings;
@@ -178,7 +180,41 @@ sub tear
 	return $n;
 }
 
-# --- 3. the pool file is deleted while the server is stopped
+# --- 3. a file older than the checkpoint recovery starts from (what a
+# checkpoint that slipped between two fences would leave): detected at
+# start, never used, and the index is rebuilt
+$node->safe_psql('postgres', 'CHECKPOINT');
+copy($pool, "$pool.at-checkpoint") or die "copy: $!";
+run_load(2);
+$node->safe_psql('postgres', 'CHECKPOINT');
+$node->stop('immediate');
+copy("$pool.at-checkpoint", $pool) or die "copy: $!";
+my $log_at = -s $node->logfile;
+$node->start;
+like(slurp_file($node->logfile, $log_at), qr/is not complete up to the WAL position recovery starts from/,
+	'stale pool: detected at start');
+wait_for_index('stale pool');
+check_all('stale pool, rebuilt');
+
+sub wait_for_index
+{
+	my ($what) = @_;
+	my $ok = 0;
+	for (1 .. 240)
+	{
+		my $plan = $node->safe_psql('postgres', q{SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT count(*) FROM t WHERE b && box '((0,0),(500,500))'});
+		if ($plan =~ /t_b/)
+		{
+			$ok = 1;
+			last;
+		}
+		usleep(500_000);
+	}
+	ok($ok, "$what: the index is rebuilt and chosen again without REINDEX");
+}
+
+# --- 4. the pool file is deleted while the server is stopped
 $node->stop;
 unlink $pool or die;
 unlink "$pool.at-checkpoint";
@@ -189,19 +225,7 @@ SELECT count(*) FROM t WHERE b && box '((0,0),(500,500))'});
 is($count, $seq, 'pool deleted: the first query returns what a sequential scan returns');
 $node->safe_psql('postgres', q{INSERT INTO t (b) VALUES (box '((1,1),(2,2))')});
 pass('pool deleted: an insert succeeds at once');
-my $ok = 0;
-for (1 .. 240)
-{
-	my $plan = $node->safe_psql('postgres', q{SET enable_seqscan = off;
-EXPLAIN (COSTS OFF) SELECT count(*) FROM t WHERE b && box '((0,0),(500,500))'});
-	if ($plan =~ /t_b/)
-	{
-		$ok = 1;
-		last;
-	}
-	usleep(500_000);
-}
-ok($ok, 'pool deleted: the index is rebuilt and chosen again without REINDEX');
+wait_for_index('pool deleted');
 check_all('rebuilt index');
 
 $node->stop;
