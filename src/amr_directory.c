@@ -794,10 +794,12 @@ amr_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
+			amr_wb_pre_commit();
 			if (amr_is_reconciled())
 				(void) note_storage_drops();
 			break;
 		case XACT_EVENT_PRE_PREPARE:
+			amr_wb_pre_commit();
 			if (amr_is_reconciled())
 				(void) note_storage_drops();
 			if (pending_actions != NULL)
@@ -807,15 +809,20 @@ amr_xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			amr_wb_end_of_xact();
 			if (pending_actions != NULL && amr_shared != NULL)
 				apply_commit();
 			pending_actions = NULL;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+			amr_wb_end_of_xact();
 			if (pending_actions != NULL && amr_shared != NULL)
 				apply_abort(InvalidSubTransactionId);
 			pending_actions = NULL;
+			break;
+		case XACT_EVENT_PREPARE:
+			amr_wb_end_of_xact();
 			break;
 		default:
 			break;

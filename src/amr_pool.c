@@ -397,7 +397,7 @@ choose_persistence(const char *path, void *base, size_t len, size_t file_size)
 	else if (on_tmpfs)
 		strlcpy(pool_media, "DRAM-backed tmpfs (emulated PMEM: survives process crashes, not power loss)",
 				sizeof(pool_media));
-	else if (mode != AMR_PERSIST_NOP && amr_writeback_enabled && XLogIsNeeded() &&
+	else if (mode != AMR_PERSIST_NOP && amr_writeback_enabled &&
 			 amr_wb_start(path, (char *) pool, file_size, amr_store.header))
 	{
 		/* the copy is made: from now on amr_store points into it */

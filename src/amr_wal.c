@@ -44,7 +44,13 @@ amr_wal_wanted(const AmrTree *t, Relation index)
 		return false;
 	if (RecoveryInProgress())
 		return false;
-	return index == NULL || RelationNeedsWAL(index);
+	if (index != NULL && !RelationNeedsWAL(index))
+	{
+		/* wal_level = minimal, created in this transaction: synced at commit */
+		amr_wb_note_wal_skipped();
+		return false;
+	}
+	return true;
 }
 
 bool

@@ -109,6 +109,16 @@ static int	wb_batch_nruns = 0;
 static uint64 wb_batch_lo[WB_LOCAL_RUNS];
 static uint64 wb_batch_hi[WB_LOCAL_RUNS];
 
+/*
+ * Pages this transaction changed for an index that skips the WAL
+ * (wal_level = minimal, created in this transaction): written and synced
+ * before it commits, as PostgreSQL syncs such relations' files.
+ */
+static bool wb_wal_skipped = false;
+static int	wb_skipped_nruns = 0;
+static uint64 wb_skipped_lo[WB_LOCAL_RUNS];
+static uint64 wb_skipped_hi[WB_LOCAL_RUNS];
+
 static void wb_flush_hook(const void *addr, size_t len);
 static void wb_batch_hook(bool begin);
 
@@ -357,6 +367,65 @@ amr_wb_recovery_done(void)
 	wb_recovery_marked = false;
 }
 
+/* ---- changes that skip the WAL ---- */
+
+static void
+wb_skipped_write(void)
+{
+	int			i;
+
+	wb_flush_wal();
+	for (i = 0; i < wb_skipped_nruns; i++)
+		wb_pwrite_pages(wb_copy + wb_skipped_lo[i] * WB_PAGE, wb_skipped_lo[i], wb_skipped_hi[i]);
+	wb_skipped_nruns = 0;
+}
+
+static void
+wb_skipped_add(uint64 lo, uint64 hi)
+{
+	int			i;
+
+	for (i = 0; i < wb_skipped_nruns; i++)
+	{
+		if (lo <= wb_skipped_hi[i] && hi >= wb_skipped_lo[i])
+		{
+			wb_skipped_lo[i] = Min(lo, wb_skipped_lo[i]);
+			wb_skipped_hi[i] = Max(hi, wb_skipped_hi[i]);
+			return;
+		}
+	}
+	/* full: write what is collected now (into the page cache), sync at commit */
+	if (wb_skipped_nruns == WB_LOCAL_RUNS)
+		wb_skipped_write();
+	wb_skipped_lo[wb_skipped_nruns] = lo;
+	wb_skipped_hi[wb_skipped_nruns] = hi;
+	wb_skipped_nruns++;
+}
+
+void
+amr_wb_note_wal_skipped(void)
+{
+	if (wb_active)
+		wb_wal_skipped = true;
+}
+
+void
+amr_wb_pre_commit(void)
+{
+	if (!wb_wal_skipped)
+		return;
+	wb_skipped_write();
+	wb_fdatasync();
+	wb_wal_skipped = false;
+}
+
+void
+amr_wb_end_of_xact(void)
+{
+	wb_wal_skipped = false;
+	wb_skipped_nruns = 0;
+}
+
 /* ---- the persist hook ---- */
 
 static void
@@ -416,6 +485,9 @@ wb_flush_hook(const void *addr, size_t len)
 			wb_mark_dirty(off, len);
 			marked = true;
 		}
+		/* no record: neither replay nor a fence covers it, the commit must */
+		if (marked && wb_wal_skipped)
+			wb_skipped_add(off / WB_PAGE, (off + len + WB_PAGE - 1) / WB_PAGE);
 		pg_atomic_fetch_add_u32(seq, 1);
 		if (marked)
 			return;
@@ -676,7 +748,7 @@ amr_wb_worker_main(Datum arg)
 		 * and reached its wait within the instant until the new vxid exists
 		 * would not wait: then the file is not complete up to its redo
 		 * pointer, the next fence makes it so, and a crash in between is
-		 * detected at start (amr_wb_load) and heals by rebuilding.
+		 * detected at start (wb_load) and heals by rebuilding.
 		 */
 		if (GetRedoRecPtr() == fenced)
 		{

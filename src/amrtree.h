@@ -251,6 +251,12 @@ extern void amr_wb_shmem_attach(char *base, bool init);
 /* Around each logged change (amr_wal_hold/release_checkpoint). */
 extern void amr_wb_change_begin(void);
 extern void amr_wb_change_end(void);
+/* A change is not logged because its index skips the WAL (wal_level = minimal). */
+extern void amr_wb_note_wal_skipped(void);
+/* Before commit or prepare: make this transaction's unlogged changes durable. */
+extern void amr_wb_pre_commit(void);
+/* At the end of a transaction: forget them. */
+extern void amr_wb_end_of_xact(void);
 /* Before writing the SSD slot file: the WAL that freed its slots is durable. */
 extern void amr_wb_before_device_write(void);
 /* Append the write-back state to a description of the pool. */

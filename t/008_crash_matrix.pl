@@ -29,8 +29,7 @@ use AmrTree;
 
 my $started = time;
 my $on_disk = ($ENV{AMRTREE_CRASH_POOL} // '') eq 'disk';
-# wal_level = replica as in PostgreSQL's default (the TAP default, minimal,
-# would make a disk pool persist with msync instead of writing back)
+# wal_level = replica, PostgreSQL's default (the TAP default is minimal)
 my $node = amr_node('matrix', ($on_disk ? (pool => undef) : ()), conf => ($on_disk ? "wal_level = replica\n" : '') . q{
 restart_after_crash = on
 autovacuum = off

@@ -229,4 +229,37 @@ wait_for_index('pool deleted');
 check_all('rebuilt index');
 
 $node->stop;
+
+# --- 5. wal_level = minimal: an index created in the same transaction as
+# its table logs nothing; its pages must reach the file before the commit
+my $min = amr_node('wbmin', pool => undef,
+	conf => "wal_level = minimal\nmax_wal_senders = 0\namrtree.writeback_delay = 1h\n");
+$min->start;
+like(slurp_file($min->logfile), qr/written back in the background/,
+	'wal_level = minimal: the pool is written back too');
+$min->safe_psql('postgres', q{
+CREATE EXTENSION amrtree;
+BEGIN;
+CREATE TABLE m (id serial, b box);
+INSERT INTO m (b) SELECT box(point(x, y), point(x + 1, y + 1))
+  FROM (SELECT random() * 1000 AS x, random() * 1000 AS y FROM generate_series(1, 5000)) s;
+CREATE INDEX m_b ON m USING amrtree (b);
+INSERT INTO m (b) SELECT box(point(x, y), point(x + 1, y + 1))
+  FROM (SELECT random() * 1000 AS x, random() * 1000 AS y FROM generate_series(1, 3000)) s;
+COMMIT;
+INSERT INTO m (b) SELECT box(point(x, y), point(x + 1, y + 1))
+  FROM (SELECT random() * 1000 AS x, random() * 1000 AS y FROM generate_series(1, 2000)) s;
+});
+$min->stop('immediate');
+$min->start;
+is($min->safe_psql('postgres', "SELECT amrtree_check('m_b')"), 't', 'wal_level = minimal, after a crash: amrtree_check');
+is($min->safe_psql('postgres', q{SET enable_seqscan = off; SET enable_bitmapscan = off;
+SELECT count(*) FROM m WHERE b && box '((-1e9,-1e9),(1e9,1e9))'}), '10000',
+	'wal_level = minimal, after a crash: the index holds all 10000 rows');
+is($min->safe_psql('postgres', q{SET enable_seqscan = off;
+SELECT count(*) FROM m WHERE b && box '((100,100),(400,300))'}),
+	$min->safe_psql('postgres', q{SET enable_indexscan = off; SET enable_bitmapscan = off;
+SELECT count(*) FROM m WHERE b && box '((100,100),(400,300))'}),
+	'wal_level = minimal, after a crash: a window equals a sequential scan');
+$min->stop;
 done_testing();
