@@ -131,11 +131,12 @@ is($node->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and it is
 is($node->safe_psql('postgres', q{SELECT status FROM amrtree_index_stats('t_b')}), 'ok', 'status ok');
 $node->stop;
 
-# --- the default location: a disk file in the data directory (msync)
+# --- the default location: a disk file in the data directory, written
+# back (docs/design.md, "Write-back pools"; t/017 crashes it)
 my $disk = amr_node('disk', pool => undef, pmem_size => '64MB');
 $disk->start;
-ok($disk->log_contains('pg_amrtree/pmem.pool.*a disk file \(persisted with msync\)'),
-	'the default pool lives in the data directory and is persisted with msync');
+ok($disk->log_contains('pg_amrtree/pmem.pool.*a disk file, written back in the background'),
+	'the default pool lives in the data directory and is written back');
 $disk->safe_psql('postgres', q{
 CREATE EXTENSION amrtree;
 CREATE TABLE t (id int, b box);
@@ -156,6 +157,20 @@ is($disk->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and stays
 $disk->safe_psql('postgres', 'CREATE ROLE nobody_special LOGIN');
 ($ret, $out, $err) = $disk->psql('postgres', 'SHOW amrtree.pmem_path', extra_params => [ '-U', 'nobody_special' ]);
 like($err, qr/permission denied|must be superuser|privileges of pg_read_all_settings/, 'pmem_path is hidden from ordinary users');
+$disk->stop;
+
+# amrtree.writeback = off: the same file, every change synced with msync
+$disk->append_conf('postgresql.conf', "amrtree.writeback = off\n");
+my $log_at = -s $disk->logfile;
+$disk->start;
+like(slurp_file($disk->logfile, $log_at), qr/pg_amrtree\/pmem.pool.*a disk file \(persisted with msync\)/,
+	'amrtree.writeback = off: the pool is persisted with msync');
+$disk->safe_psql('postgres', q{INSERT INTO t SELECT i, box(point(i, 4), point(i + 0.5, 5)) FROM generate_series(1, 500) i});
+$disk->stop('immediate');
+$disk->start;
+is($disk->safe_psql('postgres', q{SET enable_seqscan = off; SELECT count(*) FROM t WHERE b && '((100,0),(200,5))'}),
+	'303', 'and its changes survive a crash');
+is($disk->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'valid');
 $disk->stop;
 
 # --- a server-start setting PostgreSQL rejects is not silently replaced
