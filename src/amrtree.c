@@ -226,7 +226,7 @@ define_gucs(void)
 							 "is used through a copy in shared memory whose changes "
 							 "reach the file in the background, commits being durable "
 							 "through the WAL; off, every change is synced to the file "
-							 "with msync (slow).  Needs wal_level replica or logical.",
+							 "with msync (slow).",
 							 &amr_writeback_enabled,
 							 AMR_WRITEBACK_DEFAULT,
 							 PGC_POSTMASTER,
