@@ -808,6 +808,37 @@ wb_recovery_start(void)
 	return redo;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23	/* Linux 5.14 */
+#endif
+
+/*
+ * Copy [off, off+len) of the file into the copy.  Populating the
+ * destination first and reading with pread, instead of a memcpy between
+ * the two mappings, avoids two page faults per 4 KiB page: 1.5 GB took 4 s
+ * that way.
+ */
+static void
+wb_load_range(size_t off, size_t len)
+{
+	size_t		done = 0;
+
+	/* older kernels refuse the advice: the copy then faults page by page */
+	(void) madvise(wb_copy + off, len, MADV_POPULATE_WRITE);
+	while (done < len)
+	{
+		ssize_t		n = pread(wb_fd, wb_copy + off + done, len - done, (off_t) (off + done));
+
+		if (n <= 0)
+		{
+			/* cannot happen for a file we have mapped; copy from the mapping */
+			memcpy(wb_copy + off + done, wb_file_map + off + done, len - done);
+			return;
+		}
+		done += (size_t) n;
+	}
+}
+
 /*
  * Load the copy from the file: everything up to the slot area, then the
  * slots the Leaf Table places on PMEM.  Then decide whether the file can
@@ -823,8 +854,7 @@ wb_load(void)
 				s,
 				nslots;
 
-	memcpy(wb_copy, wb_file_map,
-		   ((const AmrPoolHeader *) (wb_file_map + wb_header_off))->slots_offset);
+	wb_load_range(0, ((const AmrPoolHeader *) (wb_file_map + wb_header_off))->slots_offset);
 	nslots = hdr->pmem_nslots;
 	lt = (const AmrLeafTableEntry *) (wb_copy + hdr->lt_offset);
 	used = palloc0(nslots + 1);
@@ -848,7 +878,7 @@ wb_load(void)
 		for (e = s; e < nslots && used[e]; e++)
 			;
 		off = hdr->slots_offset + (size_t) s * AMR_SLOT_SIZE;
-		memcpy(wb_copy + off, wb_file_map + off, (size_t) (e - s) * AMR_SLOT_SIZE);
+		wb_load_range(off, (size_t) (e - s) * AMR_SLOT_SIZE);
 		s = e;
 	}
 	pfree(used);
