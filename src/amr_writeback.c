@@ -813,10 +813,9 @@ wb_recovery_start(void)
 #endif
 
 /*
- * Copy [off, off+len) of the file into the copy.  Populating the
- * destination first and reading with pread, instead of a memcpy between
- * the two mappings, avoids two page faults per 4 KiB page: 1.5 GB took 4 s
- * that way.
+ * Copy [off, off+len) of the file into the copy: the destination populated
+ * in one call, the source read with pread (no page faults on the file's
+ * mapping).
  */
 static void
 wb_load_range(size_t off, size_t len)
@@ -853,11 +852,14 @@ wb_load(void)
 	uint64		id,
 				s,
 				nslots;
+	size_t		loaded;
+	TimestampTz load_start = GetCurrentTimestamp();
 
 	wb_load_range(0, ((const AmrPoolHeader *) (wb_file_map + wb_header_off))->slots_offset);
 	nslots = hdr->pmem_nslots;
 	lt = (const AmrLeafTableEntry *) (wb_copy + hdr->lt_offset);
 	used = palloc0(nslots + 1);
+	loaded = hdr->slots_offset;
 	for (id = 0; id < hdr->lt_capacity; id++)
 	{
 		uint64		word = lt[id].word;
@@ -879,9 +881,14 @@ wb_load(void)
 			;
 		off = hdr->slots_offset + (size_t) s * AMR_SLOT_SIZE;
 		wb_load_range(off, (size_t) (e - s) * AMR_SLOT_SIZE);
+		loaded += (size_t) (e - s) * AMR_SLOT_SIZE;
 		s = e;
 	}
 	pfree(used);
+	ereport(LOG,
+			(errmsg("amrtree: loaded %zu MB of pool \"%s\" into shared memory in %.2f s",
+					loaded >> 20, amr_pool_path_display(),
+					(double) (GetCurrentTimestamp() - load_start) / USECS_PER_SEC)));
 
 	if (hdr->writeback != 0)
 	{
