@@ -873,6 +873,36 @@ def cmd_compare(args):
             log('  %-17s nearest-neighbour join of %d probes %7.3f s%s'
                 % (series_label(cfg, am), nprobes, m, sd_note(sd, rounds)))
 
+        # -- spatial join: a nested loop whose inner side is an index scan on
+        # `&&`, rescanned once per probe (probes are data boxes, so each
+        # finds at least itself)
+        nsj = min(20000, rows)
+        for cfg, cl in clusters.items():
+            cl.sql(f"""
+DROP TABLE IF EXISTS bench_probes;
+SELECT setseed(0.24);
+CREATE TABLE bench_probes AS SELECT b FROM src ORDER BY random() LIMIT {nsj};
+ANALYZE bench_probes;""")
+        sj_sql = 'SELECT count(*) FROM bench_probes p JOIN trips_{am} t ON t.b && p.b'
+        plans = {series_label(cfg, am): ' / '.join(
+            l.strip().lstrip('-> ').split('  ')[0] for l in clusters[cfg].sql(
+                'EXPLAIN (COSTS OFF) ' + sj_sql.format(am=am)).splitlines()
+            if 'Scan' in l or 'Loop' in l or 'Join' in l)
+                 for cfg, am in series}
+        summary['plans']['spatial join'] = plans
+        log('  spatial join plans: %s' % '  '.join('%s: %s' % kv for kv in plans.items()))
+        sjoin = {k: [] for k in series}
+        for rnd in range(rounds):
+            for cfg, am in rotated(series, rnd):
+                sjoin[(cfg, am)].append(clusters[cfg].timed(sj_sql.format(am=am)))
+        for cfg, am in series:
+            m, sd = mean_sd(sjoin[(cfg, am)])
+            out[cfg].setdefault('spatial_join_s', {})[am] = m
+            res.add(config=cfg, metric='spatial_join', am=am, value=m, sd=sd, unit='s',
+                    detail='%d probes' % nsj)
+            log('  %-17s spatial join (&&) of %d probes %7.3f s%s'
+                % (series_label(cfg, am), nsj, m, sd_note(sd, rounds)))
+
         # -- bulk insert: INSERT ... SELECT with the index present vs no index
         phase(t0, 'bulk insert: INSERT ... SELECT of %d rows into an empty table (time; WAL per row)'
               % bulk_rows)
@@ -1007,6 +1037,11 @@ def compare_ratio_lines(r):
         lines.append(('nearest-neighbour join speed (GiST time / time)',
                       {am: ratio(j['gist'], j[am]) if am in j else None for am in others},
                       '>= 2'))
+    if r.get('spatial_join_s', {}).get('gist'):
+        j = r['spatial_join_s']
+        lines.append(('spatial join (&&) speed (GiST time / time)',
+                      {am: ratio(j['gist'], j[am]) if am in j else None for am in others},
+                      '>= 2.5'))
     add('WAL per row, single-row inserts', r['insert_wal_per_row'], '<= 1')
     bulk = r['bulk']
     add('bulk-insert index cost (cost / GiST cost)',
@@ -1240,16 +1275,73 @@ def cmd_growth(args):
     csvp = res.write_csv()
     with open(os.path.join(outdir, 'summary.json'), 'w') as f:
         json.dump(summary, f, indent=1, default=str)
-    plt = plt_or_none()
-    if plt is not None and len(sizes) > 1:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for am in ams:
-            ax.loglog(sizes, [summary['results'][n]['build_s'][am] for n in sizes], marker='o',
-                      label='%s build (s)' % AM_LABEL[am])
-        ax.set_xlabel('rows')
-        ax.legend()
-        save_figure(plt, fig, ax, outdir, 'growth-build')
+    if len(sizes) > 1:
+        plot_growth([csvp], os.path.join(outdir, 'growth-loglog.png'))
     log('\nresults: %s, summary.json in %s; elapsed %.0f s' % (csvp, outdir, time.monotonic() - t0))
+
+
+def read_growth_csv(paths):
+    """growth.csv rows of one or more runs, as {rows: {(metric, script): {am: value}}};
+    a size measured in several runs keeps the last run's values."""
+    data = {}
+    for path in paths:
+        with open(path, newline='') as f:
+            for r in csv.DictReader(f):
+                key = (r['metric'], r.get('script') or '')
+                data.setdefault(int(r['rows']), {}).setdefault(key, {})[r['am']] = float(r['value'])
+    return data
+
+
+def plot_growth(paths, outpath):
+    """A log-log figure of cost against rows from growth.csv files: build
+    time, index size, restart to first query, and the time of one range
+    query (seconds per transaction per client) at each window size."""
+    plt = plt_or_none()
+    if plt is None:
+        return None
+    data = read_growth_csv(paths)
+    sizes = sorted(data)
+    ams = ['amrtree', 'gist', 'spgist']
+    styles = {'amrtree': 'o-', 'gist': 's--', 'spgist': '^:'}
+    scripts = sorted({k[1] for n in sizes for k in data[n] if k[0] == 'tps'},
+                     key=lambda l: float(l.split()[1].rstrip('%')))
+    panels = [('build time (s)', lambda n, am: data[n].get(('build_time', ''), {}).get(am)),
+              ('index size (MB)',
+               lambda n, am: (data[n].get(('index_bytes', ''), {}).get(am) or 0) / 1048576 or None),
+              ('restart to first query (s)',
+               lambda n, am: data[n].get(('restart_to_first_query', ''), {}).get(am))]
+    for label in scripts:
+        panels.append(('range query, %s window: 1000 / tps (ms)' % label.split()[1],
+                       lambda n, am, l=label: 1000.0 / data[n][('tps', l)][am]
+                       if data[n].get(('tps', l), {}).get(am) else None))
+    ncol = 3
+    nrow = (len(panels) + ncol - 1) // ncol
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3.2 * nrow))
+    axes = list(axes.flat) if hasattr(axes, 'flat') else [axes]
+    for ax, (title, get) in zip(axes, panels):
+        for am in ams:
+            pts = [(n, get(n, am)) for n in sizes]
+            pts = [(n, v) for n, v in pts if v]
+            if pts:
+                ax.loglog([p[0] for p in pts], [p[1] for p in pts], styles[am],
+                          label=AM_LABEL[am])
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel('rows')
+        ax.grid(True, which='both', alpha=0.3)
+    for ax in axes[len(panels):]:
+        ax.axis('off')
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(outpath, dpi=100)
+    plt.close(fig)
+    log('plot: %s' % outpath)
+    return outpath
+
+
+def cmd_growth_plot(args):
+    """The log-log figure from the growth.csv of earlier bench/growth runs
+    (one size per run is how the big sizes fit in a session)."""
+    plot_growth(args.csv, args.output)
 
 
 def cmd_budget_sweep(args):
@@ -1660,6 +1752,9 @@ def main():
     g.add_argument('--rows', help='comma-separated sizes (default 1000000,10000000)')
     g.add_argument('--clients', type=int, default=2)
     g.add_argument('--seconds', type=int, help='seconds per pgbench run (default 5)')
+    gp = sub.add_parser('growth_plot')
+    gp.add_argument('csv', nargs='+', help='growth.csv files of bench/growth runs')
+    gp.add_argument('--output', default=os.path.join(ROOT, 'docs', 'evaluation', 'growth-loglog.png'))
     s = sub.add_parser('budget_sweep')
     s.add_argument('--quick', action='store_true')
     s.add_argument('--config', choices=['shm', 'disk', 'both'], default='shm',
@@ -1680,6 +1775,8 @@ def main():
             cmd_compare(args)
         elif args.cmd == 'growth':
             cmd_growth(args)
+        elif args.cmd == 'growth_plot':
+            cmd_growth_plot(args)
         else:
             cmd_budget_sweep(args)
     except Interrupted as e:

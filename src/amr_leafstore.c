@@ -329,7 +329,8 @@ amr_readahead(AmrReadAhead *ra, Relation index, const uint32 *next, int nnext)
 
 const AmrLeaf *
 amr_leaf_read_for_scan(Relation index, AmrTree *t, uint32 generation, uint32 leaf_id,
-					   uint64 start_nsn, AmrReadAhead *ra, AmrLeaf *buf, uint32 *follow)
+					   uint64 start_nsn, AmrReadAhead *ra, AmrLeaf *buf,
+					   AmrLeafCopyFn copy_fn, void *copy_arg, uint32 *follow)
 {
 	AmrStore   *s = &amr_store;
 	AmrLeafVolatile *v = &s->leaves[leaf_id];
@@ -352,7 +353,10 @@ amr_leaf_read_for_scan(Relation index, AmrTree *t, uint32 generation, uint32 lea
 		const AmrLeaf *src = v->dram_copy >= 0 ? &amr_leaf_cache[v->dram_copy]
 			: amr_leaf_pmem_image(index, t, leaf_id, &word);
 
-		memcpy(buf, src, amr_leaf_image_bytes(src));
+		if (copy_fn != NULL)
+			copy_fn(src, buf, copy_arg);
+		else
+			memcpy(buf, src, amr_leaf_image_bytes(src));
 		LWLockRelease(amr_leaf_lock(leaf_id));
 	}
 	else

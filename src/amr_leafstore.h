@@ -123,17 +123,28 @@ extern void amr_readahead(AmrReadAhead *ra, Relation index, const uint32 *next, 
 extern void amr_readahead_reset(AmrReadAhead *ra);
 
 /*
+ * A scan's copy of a leaf image held in DRAM or on PMEM, made under the
+ * leaf lock in shared mode: the header and at least every entry the scan
+ * could return (the rest may be left out, and nentries says how many were
+ * copied).  It runs with an LWLock held, so it must not raise an error,
+ * allocate, or call an operator.
+ */
+typedef void (*AmrLeafCopyFn) (const AmrLeaf *src, AmrLeaf *dst, void *arg);
+
+/*
  * A scan's read of one leaf of tree t (generation "generation", the one it
  * began with): under the leaf lock, the word and split links (if the leaf
  * split after start_nsn, *follow receives its right link, else
  * AMR_INVALID_LEAF); then the image, from the DRAM copy or PMEM (copied
- * into buf under the lock), or from the read-ahead, the SSD cache or the
- * device; and a read access is counted.  Returns the image to evaluate (buf
- * or a read-ahead buffer), or NULL when the leaf is not the tree's.
+ * into buf under the lock, by copy_fn if it is not NULL), or from the
+ * read-ahead, the SSD cache or the device (whole); and a read access is
+ * counted.  Returns the image to evaluate (buf or a read-ahead buffer), or
+ * NULL when the leaf is not the tree's.
  */
 extern const AmrLeaf *amr_leaf_read_for_scan(Relation index, AmrTree *t, uint32 generation,
 											 uint32 leaf_id, uint64 start_nsn,
 											 AmrReadAhead *ra, AmrLeaf *buf,
+											 AmrLeafCopyFn copy_fn, void *copy_arg,
 											 uint32 *follow);
 
 /* ---- writing ---- */

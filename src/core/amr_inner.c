@@ -19,6 +19,7 @@
  */
 #include "amr_tree.h"
 
+#include <math.h>
 #include <string.h>
 
 AmrStatus
@@ -549,6 +550,153 @@ entry_matches(const AmrInnerNode *n, int i, const AmrScanKey *keys, int nkeys)
 	return true;
 }
 
+/*
+ * The common search -- one `&&` or `<@` key without NaN -- tests a node's
+ * entries in one branch-free pass of float comparisons over its
+ * structure-of-arrays boxes, which GCC vectorises.  amr_inner_match decides
+ * "(double) f <= q + eps" and "q <= (double) f + eps" for each float bound
+ * f; both sides are monotone in f, so each is "f <= t" or "f >= t" for one
+ * float threshold t, found once per search (overlap_thresholds), and the
+ * pass gives exactly amr_inner_match's answer.  A spatial join's rescans
+ * spent a third of their time in this test before.
+ */
+typedef struct OverlapThresholds
+{
+	float		xlo_max;		/* xlo[i] <= xlo_max */
+	float		xhi_min;		/* xhi[i] >= xhi_min */
+	float		ylo_max;
+	float		yhi_min;
+} OverlapThresholds;
+
+static inline bool
+single_overlap_key(const AmrScanKey *keys, int nkeys)
+{
+	return nkeys == 1 && keys[0].prune &&
+		(keys[0].strategy == AMR_STRAT_OVERLAP || keys[0].strategy == AMR_STRAT_CONTAINED_BY);
+}
+
+/*
+ * Floats in order as unsigned integers (NaNs fall outside the range from
+ * -Infinity to +Infinity), so that a threshold is a binary search of at
+ * most 32 steps whatever the float spacing near it.
+ */
+static inline uint32_t
+float_order_key(float f)
+{
+	uint32_t	u;
+
+	memcpy(&u, &f, sizeof(u));
+	return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+static inline float
+float_from_order_key(uint32_t k)
+{
+	uint32_t	u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+	float		f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+/*
+ * The boundary of a predicate that holds for every float up to some point
+ * (below_holds) or from some point on (!below_holds): the order key of the
+ * last float where it holds, or of the first.  A few steps from the guess
+ * (the nearest float to where the boundary is) settle nearly every search;
+ * a binary search over the order keys settles the rest, where floats are
+ * denser than the epsilon (near zero).
+ */
+typedef bool (*FloatPredicate) (float f, double q);
+
+static bool
+bound_le_query(float f, double q)
+{
+	return amr_fp_le(f, q);
+}
+
+static bool
+query_le_bound(float f, double q)
+{
+	return amr_fp_le(q, f);
+}
+
+static uint32_t
+float_boundary(FloatPredicate pred, double q, bool below_holds, double guess)
+{
+	uint32_t	lo = float_order_key(-INFINITY);
+	uint32_t	hi = float_order_key(INFINITY);
+	uint32_t	g;
+	int			step;
+
+	/* an edge of the range: the predicate holds everywhere */
+	if (pred(below_holds ? INFINITY : -INFINITY, q))
+		return below_holds ? hi : lo;
+	/* lo..hi brackets the change: pred(lo) != pred(hi) */
+	g = float_order_key(isnan(guess) ? 0.0f : (float) guess);
+	for (step = 0; step < 4 && g > lo && g < hi; step++)
+	{
+		bool		at = pred(float_from_order_key(g), q);
+		bool		next = pred(float_from_order_key(g + 1), q);
+
+		if (at != next)
+			return below_holds ? g : g + 1;
+		/* both on the same side of the change: move toward it */
+		if (at == below_holds)
+			g++;
+		else
+			g--;
+	}
+	while (hi - lo > 1)
+	{
+		uint32_t	mid = lo + (hi - lo) / 2;
+
+		if (pred(float_from_order_key(mid), q) == below_holds)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return below_holds ? lo : hi;
+}
+
+/* The largest float f with amr_fp_le(f, q) (q is not NaN). */
+static float
+le_threshold(double q)
+{
+	return float_from_order_key(float_boundary(bound_le_query, q, true, q + AMR_EPSILON));
+}
+
+/* The smallest float f with amr_fp_le(q, f) (q is not NaN). */
+static float
+ge_threshold(double q)
+{
+	return float_from_order_key(float_boundary(query_le_bound, q, false, q - AMR_EPSILON));
+}
+
+static void
+overlap_thresholds(const AmrBox *q, OverlapThresholds *th)
+{
+	th->xlo_max = le_threshold(q->xhi);
+	th->xhi_min = ge_threshold(q->xlo);
+	th->ylo_max = le_threshold(q->yhi);
+	th->yhi_min = ge_threshold(q->ylo);
+}
+
+static void
+overlap_hits(const AmrInnerNode *n, const OverlapThresholds *th, int32_t *hit)
+{
+	const float xlo_max = th->xlo_max;
+	const float xhi_min = th->xhi_min;
+	const float ylo_max = th->ylo_max;
+	const float yhi_min = th->yhi_min;
+	int			count = n->count;
+	int			i;
+
+	for (i = 0; i < count; i++)
+		hit[i] = (n->xlo[i] <= xlo_max) & (n->xhi[i] >= xhi_min) &
+			(n->ylo[i] <= ylo_max) & (n->yhi[i] >= yhi_min);
+}
+
 void
 amr_collect_leaves(const AmrStore *s, const AmrTree *t, bool nulls,
 				   const AmrScanKey *keys, int nkeys, AmrLeafList *out,
@@ -558,9 +706,14 @@ amr_collect_leaves(const AmrStore *s, const AmrTree *t, bool nulls,
 	uint32_t	stack[AMR_MAX_HEIGHT * AMR_INNER_FANOUT];
 	int			sp = 0;
 	uint32_t	root = nulls ? t->null_root : t->root;
+	bool		fast = single_overlap_key(keys, nkeys);
+	OverlapThresholds th;
+	int32_t		hit[AMR_INNER_FANOUT];
 
 	if (root == AMR_INVALID_NODE)
 		return;
+	if (fast)
+		overlap_thresholds(&keys[0].query, &th);
 	stack[sp++] = root;
 	while (sp > 0)
 	{
@@ -571,17 +724,23 @@ amr_collect_leaves(const AmrStore *s, const AmrTree *t, bool nulls,
 		if (visit != NULL)
 			visit(node_id, visit_arg);
 
+		if (fast)
+			overlap_hits(n, &th, hit);
+		else
+			for (i = 0; i < n->count; i++)
+				hit[i] = entry_matches(n, i, keys, nkeys);
+
 		if (n->level == 1)
 		{
 			for (i = 0; i < n->count; i++)
-				if (entry_matches(n, i, keys, nkeys))
+				if (hit[i])
 					amr_leaf_list_push(out, n->child[i], realloc_fn, realloc_arg);
 		}
 		else
 		{
 			/* push in reverse so children are visited in order */
 			for (i = n->count - 1; i >= 0; i--)
-				if (entry_matches(n, i, keys, nkeys))
+				if (hit[i])
 					stack[sp++] = n->child[i];
 		}
 	}

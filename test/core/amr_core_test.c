@@ -266,6 +266,97 @@ test_inner_is_conservative(void)
 }
 
 /*
+ * amr_collect_leaves answers a single `&&` or `<@` key with float
+ * thresholds found once per search instead of amr_inner_match per entry:
+ * the leaves it collects from one level-1 node must be exactly those whose
+ * entry boxes amr_inner_match passes, with bounds and queries on either side
+ * of each threshold (within epsilon, at denormal spacing near zero, huge,
+ * infinite).
+ */
+static bool
+test_overlap_fast_path(void)
+{
+	static const double specials[] = {0, 1e-6, -1e-6, 1e-7, -1e-45, 1e-40, 3.4e38, 1e300,
+	INFINITY, -INFINITY, 0.25, 1};
+	static AmrInnerNode node;
+	AmrStore	store;
+	AmrTree		tree;
+	int			round;
+
+	memset(&store, 0, sizeof(store));
+	memset(&tree, 0, sizeof(tree));
+	store.nodes = &node;
+	tree.root = 0;
+	tree.null_root = AMR_INVALID_NODE;
+	for (round = 0; round < 20000; round++)
+	{
+		AmrScanKey	key;
+		AmrLeafList list = {NULL, 0, 0};
+		double		v[4];
+		int			i,
+					j;
+		uint32_t	got = 0;
+
+		for (j = 0; j < 4; j++)
+		{
+			double		base = specials[rng_next() % 12];
+
+			v[j] = rng_next() % 3 == 0 ? base
+				: base + ((double) (rng_next() % 5) - 2.0) * (rng_next() % 2 ? 5e-7 : 1e-45);
+		}
+		key.strategy = rng_next() % 2 ? AMR_STRAT_OVERLAP : AMR_STRAT_CONTAINED_BY;
+		key.prune = true;
+		key.query.xlo = fmin(v[0], v[1]);
+		key.query.xhi = fmax(v[0], v[1]);
+		key.query.ylo = fmin(v[2], v[3]);
+		key.query.yhi = fmax(v[2], v[3]);
+		node.level = 1;
+		node.count = AMR_INNER_FANOUT;
+		for (i = 0; i < AMR_INNER_FANOUT; i++)
+		{
+			/* bounds on the query's own values, a float step or epsilon away */
+			float		f[4];
+
+			for (j = 0; j < 4; j++)
+			{
+				double		base = rng_next() % 4 == 0 ? specials[rng_next() % 12] : v[rng_next() % 4];
+				float		b = (float) (base + ((double) (rng_next() % 3) - 1.0) *
+										 (rng_next() % 2 ? 1e-6 : 0));
+				int			steps = (int) (rng_next() % 5) - 2;
+
+				for (; steps > 0; steps--)
+					b = nextafterf(b, INFINITY);
+				for (; steps < 0; steps++)
+					b = nextafterf(b, -INFINITY);
+				f[j] = b;
+			}
+			node.xlo[i] = fminf(f[0], f[1]);
+			node.xhi[i] = fmaxf(f[0], f[1]);
+			node.ylo[i] = fminf(f[2], f[3]);
+			node.yhi[i] = fmaxf(f[2], f[3]);
+			node.child[i] = (uint32_t) i;
+		}
+		amr_collect_leaves(&store, &tree, false, &key, 1, &list, NULL, NULL, test_realloc, NULL);
+		for (i = 0; i < AMR_INNER_FANOUT; i++)
+		{
+			AmrFBox		b = amr_node_entry_box(&node, i);
+			bool		want = amr_inner_match(key.strategy, &b, &key.query);
+			bool		found = got < list.n && list.ids[got] == (uint32_t) i;
+
+			if (found)
+				got++;
+			CHECK(want == found,
+				  "entry (%a,%a,%a,%a) query (%a,%a,%a,%a) strategy %d: inner test %d, collected %d",
+				  b.xlo, b.ylo, b.xhi, b.yhi, key.query.xlo, key.query.ylo,
+				  key.query.xhi, key.query.yhi, key.strategy, want, found);
+		}
+		CHECK(got == list.n, "collected %u leaves, matched %u", list.n, got);
+		free(list.ids);
+	}
+	return true;
+}
+
+/*
  * Keys with NaN coordinates: a box operator holds only through the key's
  * other coordinates (every comparison with NaN is false), so the key's
  * bounding box, infinite on its NaN sides, must pass the inner test
@@ -927,6 +1018,7 @@ main(void)
 		{"bitmap", test_bitmap},
 		{"float4_rounding_covers", test_rounding},
 		{"inner_predicates_are_conservative", test_inner_is_conservative},
+		{"overlap_fast_path_is_exact", test_overlap_fast_path},
 		{"nan_keys_prune_safely", test_nan_keys_prune_safely},
 		{"rstar_split_balanced", test_rstar_split},
 		{"leaf_checksum", test_checksum},
