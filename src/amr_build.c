@@ -148,14 +148,17 @@ build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
 	memcpy(&e->tid_blk_hi, tid, sizeof(ItemPointerData));
 }
 
-static int
-pack_item_ref_cmp(const void *a, const void *b)
-{
-	uint32		ra = ((const AmrPackItem *) a)->ref;
-	uint32		rb = ((const AmrPackItem *) b)->ref;
-
-	return ra < rb ? -1 : ra > rb;
-}
+/*
+ * A leaf's items in heap order: an inline sort (PostgreSQL's sort template)
+ * rather than qsort with a comparator call per comparison, which took a
+ * sixth of a build's time for its 75-item runs.
+ */
+#define ST_SORT sort_pack_items_by_ref
+#define ST_ELEMENT_TYPE AmrPackItem
+#define ST_COMPARE(a, b) (((a)->ref > (b)->ref) - ((a)->ref < (b)->ref))
+#define ST_SCOPE static
+#define ST_DEFINE
+#include "lib/sort_template.h"
 
 /* Reserve a leaf id and a slot, on *tier or else the other tier (*tier says which). */
 static void
@@ -327,14 +330,17 @@ build_side(Relation index, AmrTree *t, AmrLeafEntry *entries, Size n,
 				 * rows in TID order, and returns them in the order GiST,
 				 * which fills its leaves by insertion, tends to.
 				 */
-				qsort(&items[first], take, sizeof(AmrPackItem), pack_item_ref_cmp);
+				sort_pack_items_by_ref(&items[first], take);
+				/* the leaf's box: the union of its items' (outward-rounded) boxes */
+				mbr = amr_fbox_empty();
 				for (i = 0; i < take; i++)
 				{
 					dst->entries[i] = entries[items[first + i].ref];
 					dst->entries[i].insert_lsn = lsn;
+					if (!nulls)
+						amr_fbox_extend(&mbr, &items[first + i].box);
 				}
 				dst->hdr.nentries = take;
-				mbr = nulls ? amr_fbox_empty() : amr_leaf_image_mbr(dst);
 
 				if (tier == AMR_TIER_PMEM)
 				{

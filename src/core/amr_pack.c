@@ -57,8 +57,12 @@ insertion_sort(AmrPackItem *items, size_t n, int axis)
 
 /*
  * LSD radix sort by the center coordinate on one axis, 11 bits per pass
- * (6 passes); scratch holds n items.  Passes whose digit is constant are
- * skipped, which is common for clustered data.
+ * (6 passes); scratch holds n items.  One read of the items counts every
+ * pass's digits; passes whose digit is constant are skipped, which is most
+ * of them (a float box's centre has at most 25 significant bits, and
+ * clustered data shares its top bits).  The counts are thread-local (the
+ * core does not assume one thread) and reached through one pointer: in a
+ * shared library each thread-local access may be a call.
  */
 static void
 radix_sort(AmrPackItem *items, size_t n, int axis, AmrPackItem *scratch)
@@ -67,9 +71,11 @@ radix_sort(AmrPackItem *items, size_t n, int axis, AmrPackItem *scratch)
 	{
 		BITS = 11, BUCKETS = 1 << BITS, PASSES = (64 + BITS - 1) / BITS
 	};
-	static __thread size_t counts[BUCKETS];
+	static __thread size_t tls_counts[PASSES][BUCKETS];
+	size_t		(*counts)[BUCKETS] = tls_counts;
 	AmrPackItem *src = items;
 	AmrPackItem *dst = scratch;
+	size_t		i;
 	int			pass;
 
 	if (n < 256)
@@ -77,38 +83,37 @@ radix_sort(AmrPackItem *items, size_t n, int axis, AmrPackItem *scratch)
 		insertion_sort(items, n, axis);
 		return;
 	}
+	memset(counts, 0, sizeof(tls_counts));
+	for (i = 0; i < n; i++)
+	{
+		uint64_t	key = item_key(&src[i], axis);
+
+		for (pass = 0; pass < PASSES; pass++)
+			counts[pass][(key >> (pass * BITS)) & (BUCKETS - 1)]++;
+	}
 	for (pass = 0; pass < PASSES; pass++)
 	{
 		int			shift = pass * BITS;
-		size_t		i;
+		size_t	   *cnt = counts[pass];
 		size_t		sum = 0;
-		uint64_t	first_digit;
-		bool		constant = true;
+		bool		constant = false;
 
-		memset(counts, 0, sizeof(counts));
-		first_digit = (item_key(&src[0], axis) >> shift) & (BUCKETS - 1);
-		for (i = 0; i < n; i++)
+		for (i = 0; i < BUCKETS; i++)
 		{
-			uint64_t	digit = (item_key(&src[i], axis) >> shift) & (BUCKETS - 1);
+			size_t		c = cnt[i];
 
-			counts[digit]++;
-			if (digit != first_digit)
-				constant = false;
+			if (c == n)
+				constant = true;
+			cnt[i] = sum;
+			sum += c;
 		}
 		if (constant)
 			continue;
-		for (i = 0; i < BUCKETS; i++)
-		{
-			size_t		c = counts[i];
-
-			counts[i] = sum;
-			sum += c;
-		}
 		for (i = 0; i < n; i++)
 		{
 			uint64_t	digit = (item_key(&src[i], axis) >> shift) & (BUCKETS - 1);
 
-			dst[counts[digit]++] = src[i];
+			dst[cnt[digit]++] = src[i];
 		}
 		{
 			AmrPackItem *t = src;

@@ -216,6 +216,30 @@ test_rounding(void)
 		CHECK(f.xlo <= b.xlo && f.ylo <= b.ylo && f.xhi >= b.xhi && f.yhi >= b.yhi,
 			  "float4 box does not cover (%g,%g,%g,%g)", b.xlo, b.ylo, b.xhi, b.yhi);
 	}
+	/* the inline float steps are libm's nextafterf, at every kind of float */
+	for (i = 0; i < 400000; i++)
+	{
+		static const float specials[] = {0.0f, -0.0f, FLT_TRUE_MIN, -FLT_TRUE_MIN, FLT_MIN,
+		-FLT_MIN, FLT_MAX, -FLT_MAX, 1.0f, -1.0f, INFINITY, -INFINITY};
+		uint32_t	u = (uint32_t) rng_next();
+		float		f;
+
+		memcpy(&f, &u, sizeof(f));
+		if (i < 12)
+			f = specials[i];
+		if (isnan(f))
+			continue;
+		if (f != -INFINITY)
+			CHECK(memcmp(&(float) {amr_float_below(f)}, &(float) {nextafterf(f, -INFINITY)},
+						 sizeof(float)) == 0 || (f == 0.0f && amr_float_below(f) == -FLT_TRUE_MIN),
+				  "float below %a: %a, nextafterf %a", f, amr_float_below(f),
+				  nextafterf(f, -INFINITY));
+		if (f != INFINITY)
+			CHECK(memcmp(&(float) {amr_float_above(f)}, &(float) {nextafterf(f, INFINITY)},
+						 sizeof(float)) == 0 || (f == 0.0f && amr_float_above(f) == FLT_TRUE_MIN),
+				  "float above %a: %a, nextafterf %a", f, amr_float_above(f),
+				  nextafterf(f, INFINITY));
+	}
 	return true;
 }
 
