@@ -251,7 +251,10 @@ jit = off
             for f in glob.glob(prefix + '.*'):
                 os.unlink(f)
             cmd += ['--log', '--log-prefix=' + prefix]
-        cmd += self.conn_args()
+        # the database name is pgbench's positional argument: its -d is
+        # --debug, which logs every statement and, on two cores, takes CPU
+        # from the server and compresses every ratio toward 1
+        cmd += ['-h', self.dir, '-p', str(self.port), 'bench']
         env = None
         if gucs:
             env = dict(os.environ, PGOPTIONS=' '.join('-c %s=%s' % kv for kv in gucs.items()))
