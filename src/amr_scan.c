@@ -33,16 +33,20 @@
 
 #include "access/relscan.h"
 #include "access/xact.h"
+#include "catalog/pg_language.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/predicate.h"
-#include "catalog/pg_type.h"
+#include "utils/builtins.h"
 #include "utils/float.h"
 #include "utils/fmgroids.h"
 #include "utils/geo_decls.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 typedef struct AmrKnnHit AmrKnnHit;
 
@@ -58,6 +62,7 @@ typedef struct AmrScanOpaqueData
 	AmrScanKey *keys;
 	ScanKey    *pgkeys;			/* parallel to keys, for NaN queries */
 	bool	   *lossy;			/* parallel to keys: bounding-box filter only */
+	bool	   *float4_overlap; /* parallel to keys: decided on the float4 box */
 	FmgrInfo   *bbox_fns;		/* parallel to keys: query argument -> box */
 	bool		recheck;		/* some key is lossy: executor rechecks */
 	bool		key_exact;		/* a key determines the value (box, point) */
@@ -78,6 +83,7 @@ typedef struct AmrScanOpaqueData
 	ItemPointerData tids[AMR_LEAF_CAPACITY];
 	AmrBox		boxes[AMR_LEAF_CAPACITY];
 	bool		isnull[AMR_LEAF_CAPACITY];
+	bool		item_recheck[AMR_LEAF_CAPACITY];
 	AmrLeaf    *leaf;			/* a leaf copy (aligned) */
 	AmrReadAhead readahead;		/* SSD leaves read with one submission */
 	IndexTuple	itup_template;	/* index-only scans: rewritten per row */
@@ -137,6 +143,65 @@ scan_realloc(void *ptr, size_t size, void *arg)
 	return repalloc_huge(ptr, size);
 }
 
+/*
+ * PostGIS's 2D `&&` (gserialized_overlaps_2d) is by definition the overlap
+ * of the two values' float4 boxes, which is what a geometry_ops_2d key
+ * stores (amrtree_float4_bbox: PostGIS's box rounded outward to float4, as
+ * PostGIS rounds it).  For ordinary boxes -- finite, inside float4's range,
+ * no NaN -- the leaf can decide it exactly, without the executor's recheck
+ * (which detoasts every row's geometry): PostGIS's own GiST class never
+ * rechecks.  Anything unusual (empty geometries, infinite or huge
+ * coordinates, where the two roundings could differ) is still returned
+ * for recheck, so no row is decided on a box that might not be PostGIS's.
+ */
+static bool
+float4_box_is_ordinary(const AmrBox *b)
+{
+	return fabs(b->xlo) < FLT_MAX && fabs(b->ylo) < FLT_MAX &&
+		fabs(b->xhi) < FLT_MAX && fabs(b->yhi) < FLT_MAX;
+}
+
+static bool
+is_float4_box_overlap(Oid fn_oid)
+{
+	static Oid	cached_oid = InvalidOid;
+	static bool cached_result = false;
+	HeapTuple	tup;
+	bool		result = false;
+
+	if (fn_oid == cached_oid)
+		return cached_result;
+	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn_oid));
+	if (HeapTupleIsValid(tup))
+	{
+		Form_pg_proc proc = (Form_pg_proc) GETSTRUCT(tup);
+		bool		isnull;
+		Datum		src,
+					bin;
+
+		if (proc->prolang == ClanguageId)
+		{
+			src = SysCacheGetAttr(PROCOID, tup, Anum_pg_proc_prosrc, &isnull);
+			if (!isnull && strcmp(TextDatumGetCString(src), "gserialized_overlaps_2d") == 0)
+			{
+				bin = SysCacheGetAttr(PROCOID, tup, Anum_pg_proc_probin, &isnull);
+				result = !isnull && strstr(TextDatumGetCString(bin), "postgis") != NULL;
+			}
+		}
+		ReleaseSysCache(tup);
+	}
+	cached_oid = fn_oid;
+	cached_result = result;
+	return result;
+}
+
+/* The key's float4 box overlaps the query's: PostGIS's box2df_overlaps. */
+static inline bool
+float4_boxes_overlap(const AmrBox *k, const AmrBox *q)
+{
+	return k->xlo <= q->xhi && q->xlo <= k->xhi && k->ylo <= q->yhi && q->ylo <= k->yhi;
+}
+
 IndexScanDesc
 amrbeginscan(Relation r, int nkeys, int norderbys)
 {
@@ -157,6 +222,7 @@ amrbeginscan(Relation r, int nkeys, int norderbys)
 	so->keys = palloc0(sizeof(AmrScanKey) * Max(nkeys, 1));
 	so->pgkeys = palloc0(sizeof(ScanKey) * Max(nkeys, 1));
 	so->lossy = palloc0(sizeof(bool) * Max(nkeys, 1));
+	so->float4_overlap = palloc0(sizeof(bool) * Max(nkeys, 1));
 	so->bbox_fns = palloc0(sizeof(FmgrInfo) * Max(nkeys, 1));
 	so->pinned_leaf = AMR_INVALID_LEAF;
 	so->leaf = amr_alloc_leaf_buffer();
@@ -249,6 +315,11 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 												   &so->bbox_fns[so->nkeys],
 												   so->scan_cxt, k);
 		so->recheck |= so->lossy[so->nkeys] && !so->key_exact;
+		so->float4_overlap[so->nkeys] = so->lossy[so->nkeys] && !so->key_exact &&
+			amr_strategy_relation(sk->sk_strategy) == AMR_STRAT_OVERLAP &&
+			sk->sk_subtype == scan->indexRelation->rd_opcintype[0] &&
+			float4_box_is_ordinary(&k->query) &&
+			is_float4_box_overlap(sk->sk_func.fn_oid);
 		so->pgkeys[so->nkeys] = sk;
 		so->nkeys++;
 	}
@@ -381,8 +452,12 @@ start_scan(IndexScanDesc scan)
 	LWLockRelease(amr_tree_lock(t));
 }
 
+/*
+ * Does the entry match every key?  *recheck is set when some lossy key
+ * could not decide it, so the executor must test the operator on the row.
+ */
 static bool
-entry_matches(IndexScanDesc scan, const AmrLeafEntry *e)
+entry_matches(IndexScanDesc scan, const AmrLeafEntry *e, bool *recheck)
 {
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
 	Datum		value = (Datum) 0;
@@ -390,6 +465,7 @@ entry_matches(IndexScanDesc scan, const AmrLeafEntry *e)
 	bool		use_operator = (e->flags & AMR_ENTRY_FLAG_NAN) != 0;
 	int			k;
 
+	*recheck = false;
 	for (k = 0; k < so->nkeys; k++)
 	{
 		if (so->lossy[k])
@@ -398,6 +474,15 @@ entry_matches(IndexScanDesc scan, const AmrLeafEntry *e)
 			if (so->keys[k].prune && !use_operator &&
 				!amr_leaf_match(so->keys[k].strategy, &e->key, &so->keys[k].query))
 				return false;
+			if (so->float4_overlap[k] && !use_operator && float4_box_is_ordinary(&e->key))
+			{
+				/* PostGIS's && on two ordinary float4 boxes: decided here */
+				if (!float4_boxes_overlap(&e->key, &so->keys[k].query))
+					return false;
+				continue;
+			}
+			if (!so->key_exact)
+				*recheck = true;
 			/* the key determines the value: decide exactly, else recheck */
 			if (so->key_exact)
 			{
@@ -543,14 +628,16 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 	{
 		const AmrLeafEntry *en = &img->entries[i];
 		bool		isnull = (en->flags & AMR_ENTRY_FLAG_NULL) != 0;
+		bool		recheck = false;
 
 		if (en->flags & AMR_ENTRY_FLAG_DEAD)
 			continue;
-		if (isnull ? !so->want_null_side : !entry_matches(scan, en))
+		if (isnull ? !so->want_null_side : !entry_matches(scan, en, &recheck))
 			continue;
 		memcpy(&so->tids[so->nitems], &en->tid_blk_hi, sizeof(ItemPointerData));
 		so->boxes[so->nitems] = en->key;
 		so->isnull[so->nitems] = isnull;
+		so->item_recheck[so->nitems] = recheck;
 		so->nitems++;
 	}
 	MemoryContextSwitchTo(old_cxt);
@@ -714,10 +801,12 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 		AmrKnnHit  *hit;
 		double		distance;
 		uint64		seq;
+		bool		unused_recheck;
 
 		if (en->flags & (AMR_ENTRY_FLAG_DEAD | AMR_ENTRY_FLAG_NULL))
 			continue;
-		if (!entry_matches(scan, en))
+		/* ordered scans recheck whenever a key is lossy (so->recheck) */
+		if (!entry_matches(scan, en, &unused_recheck))
 			continue;
 		if (so->nhits == so->hits_capacity)
 		{
@@ -864,7 +953,7 @@ amrgettuple(IndexScanDesc scan, ScanDirection dir)
 			int			i = so->item_pos++;
 
 			scan->xs_heaptid = so->tids[i];
-			scan->xs_recheck = so->recheck && !so->isnull[i];
+			scan->xs_recheck = so->item_recheck[i];
 			if (scan->numberOfOrderBys > 0)
 				set_null_distances(scan);
 			if (scan->xs_want_itup)
@@ -887,7 +976,23 @@ amrgetbitmap(IndexScanDesc scan, TIDBitmap *tbm)
 	start_scan(scan);
 	while (next_batch(scan))
 	{
-		tbm_add_tuples(tbm, so->tids, so->nitems, so->recheck);
+		ItemPointerData recheck_tids[AMR_LEAF_CAPACITY];
+		int			nexact = 0;
+		int			nrecheck = 0;
+		int			i;
+
+		/* a page holding any row to recheck is rechecked whole by tidbitmap */
+		for (i = 0; i < so->nitems; i++)
+		{
+			if (so->item_recheck[i])
+				recheck_tids[nrecheck++] = so->tids[i];
+			else
+				so->tids[nexact++] = so->tids[i];
+		}
+		if (nexact > 0)
+			tbm_add_tuples(tbm, so->tids, nexact, false);
+		if (nrecheck > 0)
+			tbm_add_tuples(tbm, recheck_tids, nrecheck, true);
 		ntids += so->nitems;
 	}
 	return ntids;
