@@ -103,8 +103,9 @@ typedef struct AmrKnnResult
 
 /*
  * A queued item.  order: bit 63 set for nodes and leaves, so that at equal
- * keys entries come first; bit 62 a flag that takes no part in the order
- * (entry: recheck; otherwise: leaf rather than inner node); bits 0-61 the
+ * keys entries come first; bit 62 a flag (entry: recheck, no part in the
+ * order; otherwise: leaf rather than inner node, and at equal keys leaves
+ * come before nodes); bits 0-61 the
  * caller's seq for entries, a push counter for the others; bit 61, for
  * entries, that the key is only a bound (so that at equal keys entries with
  * their distance come first).  ref: the
