@@ -159,11 +159,11 @@ amr_str_order(AmrPackItem *items, size_t n, size_t per_group,
  * each class with STR on its own: long boxes share a few leaves whose big
  * boxes overlap each other, not everybody's.
  */
-static inline double
-item_extent(const AmrPackItem *it)
+double
+amr_pack_extent(const AmrFBox *b)
 {
-	double		w = amr_clamp(it->box.xhi) - amr_clamp(it->box.xlo);
-	double		h = amr_clamp(it->box.yhi) - amr_clamp(it->box.ylo);
+	double		w = amr_clamp(b->xhi) - amr_clamp(b->xlo);
+	double		h = amr_clamp(b->yhi) - amr_clamp(b->ylo);
 
 	return w > h ? w : h;
 }
@@ -177,10 +177,20 @@ cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static inline int
-size_class(const AmrPackItem *it, double base)
+/* class 0 holds everything up to four times the (sampled) median extent */
+double
+amr_pack_class_base(double *extents, size_t n)
 {
-	double		e = item_extent(it);
+	if (n == 0)
+		return 0.0;
+	qsort(extents, n, sizeof(double), cmp_double);
+	return extents[n / 2] * 4.0;
+}
+
+int
+amr_pack_size_class(const AmrFBox *b, double base)
+{
+	double		e = amr_pack_extent(b);
 	double		limit = base;
 	int			k = 0;
 
@@ -211,22 +221,20 @@ amr_pack_order(AmrPackItem *items, size_t n, size_t per_group,
 	if (n == 0)
 		return 0;
 
-	/* class 0 holds everything up to four times the (sampled) median extent */
 	for (i = 0; i < n && nsample < 1024; i += step)
-		sample[nsample++] = item_extent(&items[i]);
-	qsort(sample, nsample, sizeof(double), cmp_double);
-	base = sample[nsample / 2] * 4.0;
+		sample[nsample++] = amr_pack_extent(&items[i].box);
+	base = amr_pack_class_base(sample, nsample);
 
 	/* stable counting sort by class, through scratch */
 	for (i = 0; i < n; i++)
-		counts[size_class(&items[i], base)]++;
+		counts[amr_pack_size_class(&items[i].box, base)]++;
 	for (c = 0; c < AMR_SIZE_CLASSES; c++)
 	{
 		start[c] = sum;
 		sum += counts[c];
 	}
 	for (i = 0; i < n; i++)
-		scratch[start[size_class(&items[i], base)]++] = items[i];
+		scratch[start[amr_pack_size_class(&items[i].box, base)]++] = items[i];
 	memcpy(items, scratch, n * sizeof(AmrPackItem));
 
 	/* STR within each class; report the non-empty classes' bounds */
@@ -238,6 +246,162 @@ amr_pack_order(AmrPackItem *items, size_t n, size_t per_group,
 		bounds[nclasses++] = sum;
 		amr_str_order(items + sum, counts[c], per_group, scratch);
 		sum += counts[c];
+	}
+	bounds[nclasses] = sum;
+	return nclasses;
+}
+
+/* ---- point items: the leaf level of a build ---- */
+
+static inline uint32_t
+sortable_bits32(float f)
+{
+	uint32_t	u;
+
+	memcpy(&u, &f, sizeof(u));
+	return (u & UINT32_C(0x80000000)) ? ~u : (u | UINT32_C(0x80000000));
+}
+
+AmrPackPoint
+amr_pack_point(const AmrFBox *b, uint32_t ref)
+{
+	AmrPackPoint p;
+
+	/* the centre as amr_fbox_center_x/y compute it; no NaN comes out */
+	p.xkey = sortable_bits32((float) amr_fbox_center_x(b));
+	p.ykey = sortable_bits32((float) amr_fbox_center_y(b));
+	p.ref = ref;
+	return p;
+}
+
+static inline uint32_t
+point_key(const AmrPackPoint *p, int axis)
+{
+	return axis == 0 ? p->xkey : p->ykey;
+}
+
+/* radix_sort for point items: 32-bit keys, three passes at most */
+static void
+radix_sort_points(AmrPackPoint *items, size_t n, int axis, AmrPackPoint *scratch)
+{
+	enum
+	{
+		BITS = 11, BUCKETS = 1 << BITS, PASSES = (32 + BITS - 1) / BITS
+	};
+	static __thread size_t tls_counts[PASSES][BUCKETS];
+	size_t		(*counts)[BUCKETS] = tls_counts;
+	AmrPackPoint *src = items;
+	AmrPackPoint *dst = scratch;
+	size_t		i;
+	int			pass;
+
+	if (n < 256)
+	{
+		for (i = 1; i < n; i++)
+		{
+			AmrPackPoint tmp = items[i];
+			uint32_t	k = point_key(&tmp, axis);
+			size_t		j = i;
+
+			while (j > 0 && point_key(&items[j - 1], axis) > k)
+			{
+				items[j] = items[j - 1];
+				j--;
+			}
+			items[j] = tmp;
+		}
+		return;
+	}
+	memset(counts, 0, sizeof(tls_counts));
+	for (i = 0; i < n; i++)
+	{
+		uint32_t	key = point_key(&src[i], axis);
+
+		for (pass = 0; pass < PASSES; pass++)
+			counts[pass][(key >> (pass * BITS)) & (BUCKETS - 1)]++;
+	}
+	for (pass = 0; pass < PASSES; pass++)
+	{
+		int			shift = pass * BITS;
+		size_t	   *cnt = counts[pass];
+		size_t		sum = 0;
+		bool		constant = false;
+
+		for (i = 0; i < BUCKETS; i++)
+		{
+			size_t		c = cnt[i];
+
+			if (c == n)
+				constant = true;
+			cnt[i] = sum;
+			sum += c;
+		}
+		if (constant)
+			continue;
+		for (i = 0; i < n; i++)
+		{
+			uint32_t	digit = (point_key(&src[i], axis) >> shift) & (BUCKETS - 1);
+
+			dst[cnt[digit]++] = src[i];
+		}
+		{
+			AmrPackPoint *t = src;
+
+			src = dst;
+			dst = t;
+		}
+	}
+	if (src != items)
+		memcpy(items, src, n * sizeof(AmrPackPoint));
+}
+
+size_t
+amr_pack_points_order(AmrPackPoint *items, const uint8_t *cls, size_t n,
+					  size_t per_group, AmrPackPoint *scratch, size_t *bounds)
+{
+	size_t		counts[AMR_SIZE_CLASSES] = {0};
+	size_t		start[AMR_SIZE_CLASSES];
+	size_t		sum = 0;
+	size_t		nclasses = 0;
+	size_t		i;
+	int			c;
+
+	bounds[0] = 0;
+	if (n == 0)
+		return 0;
+	for (i = 0; i < n; i++)
+		counts[cls[i]]++;
+	for (c = 0; c < AMR_SIZE_CLASSES; c++)
+	{
+		start[c] = sum;
+		sum += counts[c];
+	}
+	for (i = 0; i < n; i++)
+		scratch[start[cls[i]]++] = items[i];
+	memcpy(items, scratch, n * sizeof(AmrPackPoint));
+
+	/* STR within each class, as amr_str_order does for box items */
+	sum = 0;
+	for (c = 0; c < AMR_SIZE_CLASSES; c++)
+	{
+		size_t		len = counts[c];
+		AmrPackPoint *part = items + sum;
+
+		if (len == 0)
+			continue;
+		bounds[nclasses++] = sum;
+		if (len > per_group && per_group > 0)
+		{
+			size_t		groups = (len + per_group - 1) / per_group;
+			size_t		slice_items = (size_t) ceil(sqrt((double) groups)) * per_group;
+			size_t		first;
+
+			radix_sort_points(part, len, 0, scratch);
+			for (first = 0; first < len; first += slice_items)
+				radix_sort_points(part + first, len - first < slice_items ? len - first : slice_items,
+								  1, scratch);
+		}
+		sum += len;
 	}
 	bounds[nclasses] = sum;
 	return nclasses;

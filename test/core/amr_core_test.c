@@ -583,6 +583,122 @@ test_insert_and_search(void)
 	return ok;
 }
 
+/*
+ * The build's point packing: a permutation of the input; the same size
+ * classes, class by class, as amr_pack_order gives the same boxes; within
+ * a class, STR slices in x order, each in y order.
+ */
+static bool
+test_point_pack(void)
+{
+	size_t		n = 30011;
+	int			per = 75;
+	AmrPackItem *items = malloc(sizeof(AmrPackItem) * n);
+	AmrPackItem *scratch = malloc(sizeof(AmrPackItem) * n);
+	AmrPackPoint *pts = malloc(sizeof(AmrPackPoint) * n);
+	AmrPackPoint *pscratch = malloc(sizeof(AmrPackPoint) * n);
+	AmrFBox    *boxes = malloc(sizeof(AmrFBox) * n);
+	uint8_t    *cls = malloc(n);
+	uint8_t    *seen = calloc(n, 1);
+	double		sample[1024];
+	size_t		nsample = 0;
+	size_t		bounds[AMR_SIZE_CLASSES + 1];
+	size_t		pbounds[AMR_SIZE_CLASSES + 1];
+	size_t		nclasses,
+				npclasses,
+				i,
+				c;
+	double		base;
+	bool		ok = true;
+
+	for (i = 0; i < n; i++)
+	{
+		/* mostly small boxes, some long ones, some points and huge ones */
+		AmrBox		b = random_box(i % 97 == 0 ? 1 : i % 89 == 0 ? 2 : i % 13 == 0 ? 0 :
+								   i % 7 == 0 ? 3 : 4);
+
+		if (i % 11 == 0)
+			b.xhi = b.xlo + 0.3;	/* long boxes: a class of their own */
+
+		boxes[i] = amr_fbox_from_box(&b);
+		items[i].box = boxes[i];
+		items[i].ref = (uint32_t) i;
+	}
+	for (i = 0; i < n && nsample < 1024; i += n / 1024 + 1)
+		sample[nsample++] = amr_pack_extent(&boxes[i]);
+	base = amr_pack_class_base(sample, nsample);
+	for (i = 0; i < n; i++)
+	{
+		pts[i] = amr_pack_point(&boxes[i], (uint32_t) i);
+		cls[i] = (uint8_t) amr_pack_size_class(&boxes[i], base);
+	}
+	nclasses = amr_pack_order(items, n, (size_t) per, scratch, bounds);
+	npclasses = amr_pack_points_order(pts, cls, n, (size_t) per, pscratch, pbounds);
+	CHECK(nclasses == npclasses && nclasses > 1, "class counts differ");
+	for (c = 0; c <= nclasses; c++)
+		CHECK(bounds[c] == pbounds[c], "class bounds differ");
+	for (i = 0; i < n; i++)
+	{
+		CHECK(pts[i].ref < n && !seen[pts[i].ref], "not a permutation");
+		seen[pts[i].ref] = 1;
+	}
+	for (c = 0; c < nclasses && ok; c++)
+	{
+		size_t		len = pbounds[c + 1] - pbounds[c];
+		size_t		groups = (len + per - 1) / per;
+		size_t		slice = (size_t) ceil(sqrt((double) groups)) * per;
+		size_t		first;
+
+		for (i = pbounds[c]; i < pbounds[c + 1]; i++)
+		{
+			CHECK(cls[pts[i].ref] == cls[pts[pbounds[c]].ref], "a class mixes sizes");
+			CHECK(c == 0 || cls[pts[i].ref] > cls[pts[pbounds[c] - 1].ref], "classes out of order");
+			CHECK(cls[pts[i].ref] == amr_pack_size_class(&items[i].box, base),
+				  "classes differ at a position");
+		}
+		if (len <= (size_t) per)
+			continue;
+		for (first = 0; first < len; first += slice)
+		{
+			size_t		end = first + slice < len ? first + slice : len;
+
+			for (i = first + 1; i < end; i++)
+				CHECK(pts[pbounds[c] + i - 1].ykey <= pts[pbounds[c] + i].ykey,
+					  "slice not in y order");
+			if (end < len)
+			{
+				uint32_t	maxx = 0,
+							minx = UINT32_MAX;
+
+				for (i = first; i < end; i++)
+					maxx = pts[pbounds[c] + i].xkey > maxx ? pts[pbounds[c] + i].xkey : maxx;
+				for (i = end; i < (end + slice < len ? end + slice : len); i++)
+					minx = pts[pbounds[c] + i].xkey < minx ? pts[pbounds[c] + i].xkey : minx;
+				CHECK(maxx <= minx, "slices not in x order");
+			}
+		}
+	}
+	/* keys keep the centres' order */
+	for (i = 1; i < n; i++)
+	{
+		AmrPackPoint a = amr_pack_point(&boxes[i - 1], 0);
+		AmrPackPoint b = amr_pack_point(&boxes[i], 0);
+		float		ax = (float) amr_fbox_center_x(&boxes[i - 1]);
+		float		bx = (float) amr_fbox_center_x(&boxes[i]);
+
+		CHECK(!(ax < bx) || a.xkey < b.xkey, "x keys out of order");
+		CHECK(!(a.xkey < b.xkey) || ax <= bx, "x keys out of order");
+	}
+	free(items);
+	free(scratch);
+	free(pts);
+	free(pscratch);
+	free(boxes);
+	free(cls);
+	free(seen);
+	return ok;
+}
+
 static bool
 test_bulk_pack(void)
 {
@@ -1047,6 +1163,7 @@ main(void)
 		{"rstar_split_balanced", test_rstar_split},
 		{"leaf_checksum", test_checksum},
 		{"bulk_pack_and_collect", test_bulk_pack},
+		{"point_pack_matches_box_pack", test_point_pack},
 		{"insert_split_search_rebuild", test_insert_and_search},
 		{"dram_full_is_clean", test_dram_full},
 		{"slot_reserve_by_purpose", test_slot_purposes},
