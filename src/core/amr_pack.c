@@ -254,27 +254,6 @@ amr_pack_order(AmrPackItem *items, size_t n, size_t per_group,
 /* ---- point items: the leaf level of a build ---- */
 
 static inline uint32_t
-sortable_bits32(float f)
-{
-	uint32_t	u;
-
-	memcpy(&u, &f, sizeof(u));
-	return (u & UINT32_C(0x80000000)) ? ~u : (u | UINT32_C(0x80000000));
-}
-
-AmrPackPoint
-amr_pack_point(const AmrFBox *b, uint32_t ref)
-{
-	AmrPackPoint p;
-
-	/* the centre as amr_fbox_center_x/y compute it; no NaN comes out */
-	p.xkey = sortable_bits32((float) amr_fbox_center_x(b));
-	p.ykey = sortable_bits32((float) amr_fbox_center_y(b));
-	p.ref = ref;
-	return p;
-}
-
-static inline uint32_t
 point_key(const AmrPackPoint *p, int axis)
 {
 	return axis == 0 ? p->xkey : p->ykey;

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "amr_atomic.h"
 #include "amr_bitmap.h"
@@ -488,8 +489,28 @@ extern double amr_pack_class_base(double *extents, size_t n);
 /* The size class of a box, given amr_pack_class_base's limit. */
 extern int	amr_pack_size_class(const AmrFBox *b, double base);
 
+/* An order-preserving 32-bit key of a float that is not NaN. */
+static inline uint32_t
+amr_float_sort_key(float f)
+{
+	uint32_t	u;
+
+	memcpy(&u, &f, sizeof(u));
+	return (u & UINT32_C(0x80000000)) ? ~u : (u | UINT32_C(0x80000000));
+}
+
 /* A point item for a box: its centre's order-preserving keys, and ref. */
-extern AmrPackPoint amr_pack_point(const AmrFBox *b, uint32_t ref);
+static inline AmrPackPoint
+amr_pack_point(const AmrFBox *b, uint32_t ref)
+{
+	AmrPackPoint p;
+
+	/* the centre as amr_fbox_center_x/y compute it; no NaN comes out */
+	p.xkey = amr_float_sort_key((float) amr_fbox_center_x(b));
+	p.ykey = amr_float_sort_key((float) amr_fbox_center_y(b));
+	p.ref = ref;
+	return p;
+}
 
 /*
  * amr_pack_order for point items whose size classes are given (cls[i]
