@@ -133,7 +133,6 @@ max_wal_size = 8GB
 checkpoint_timeout = 30min
 synchronous_commit = {self.synchronous_commit}
 max_parallel_workers_per_gather = 0
-max_parallel_maintenance_workers = 0
 jit = off
 {self.extra_conf}
 """)

@@ -169,6 +169,18 @@ REINDEX INDEX pt_b;
 SELECT * FROM amr_parity('pt');
 SELECT amrtree_check('pt_b');
 
+-- phase 4: a build whose heap scan runs in parallel workers that stream
+-- rows to the leader (where the server has workers to spare; otherwise
+-- the build scans alone, with the same result)
+SET max_parallel_maintenance_workers = 2;
+SET min_parallel_table_scan_size = 0;
+REINDEX INDEX pt_b;
+RESET min_parallel_table_scan_size;
+RESET max_parallel_maintenance_workers;
+SELECT * FROM amr_parity('pt');
+SELECT amrtree_check('pt_b');
+SELECT entries FROM amrtree_index_stats('pt_b');
+
 -- an index grown only by inserts, on the same rows
 CREATE TABLE pt2 (id int, b box);
 CREATE INDEX pt2_b ON pt2 USING amrtree (b);
