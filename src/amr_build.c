@@ -28,13 +28,15 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
+#include "catalog/pg_proc.h"
 #include "commands/progress.h"
 #include "miscadmin.h"
-#include "pgstat.h"
 #include "optimizer/optimizer.h"
+#include "pgstat.h"
 #include "storage/bufmgr.h"
 #include "storage/shm_mq.h"
 #include "storage/smgr.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
@@ -624,6 +626,14 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 	if (indexInfo->ii_Concurrent || IsInParallelMode() ||
 		RelationUsesLocalBuffers(heap))
 		return false;
+	/* the workers call the opclass's bounding-box function: it must allow it */
+	if (!amr_opclass_exact(index))
+	{
+		Oid			bbox_proc = index_getprocid(index, 1, AMR_BBOX_PROC);
+
+		if (OidIsValid(bbox_proc) && func_parallel(bbox_proc) != PROPARALLEL_SAFE)
+			return false;
+	}
 	nworkers = plan_create_index_workers(RelationGetRelid(heap), RelationGetRelid(index));
 	if (nworkers <= 0)
 		return false;
