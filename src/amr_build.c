@@ -142,26 +142,32 @@ append_entry(AmrBuildEntry **arr, Size *n, Size *cap)
 	return &(*arr)[(*n)++];
 }
 
-static void
-build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
-			   bool tupleIsAlive, void *state)
+/* A row as the heap scan met it, into *e. */
+static inline void
+collect_row(AmrBuildEntry *e, Relation index, ItemPointer tid, Datum value, bool isnull)
 {
-	AmrBuildState *bs = (AmrBuildState *) state;
-	AmrBuildEntry *e;
-
-	if (isnull[0])
+	if (isnull)
 	{
-		e = append_entry(&bs->nulls, &bs->nnulls, &bs->capnulls);
 		memset(&e->key, 0, sizeof(e->key));
 		e->flags = AMR_ENTRY_FLAG_NULL;
 	}
 	else
 	{
-		e = append_entry(&bs->boxes, &bs->nboxes, &bs->capboxes);
-		amr_box_from_datum(index, values[0], &e->key);
+		amr_box_from_datum(index, value, &e->key);
 		e->flags = amr_box_has_nan(&e->key) ? AMR_ENTRY_FLAG_NAN : 0;
 	}
 	e->tid = *tid;
+}
+
+static void
+build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
+			   bool tupleIsAlive, void *state)
+{
+	AmrBuildState *bs = (AmrBuildState *) state;
+
+	collect_row(isnull[0] ? append_entry(&bs->nulls, &bs->nnulls, &bs->capnulls) :
+				append_entry(&bs->boxes, &bs->nboxes, &bs->capboxes),
+				index, tid, values[0], isnull[0]);
 }
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -553,19 +559,8 @@ worker_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
 				bool tupleIsAlive, void *state)
 {
 	AmrWorkerState *ws = (AmrWorkerState *) state;
-	AmrBuildEntry *e = &ws->rows[ws->n];
 
-	if (isnull[0])
-	{
-		memset(&e->key, 0, sizeof(e->key));
-		e->flags = AMR_ENTRY_FLAG_NULL;
-	}
-	else
-	{
-		amr_box_from_datum(index, values[0], &e->key);
-		e->flags = amr_box_has_nan(&e->key) ? AMR_ENTRY_FLAG_NAN : 0;
-	}
-	e->tid = *tid;
+	collect_row(&ws->rows[ws->n], index, tid, values[0], isnull[0]);
 	if (++ws->n == AMR_PBATCH_ROWS)
 		worker_flush(ws);
 }
