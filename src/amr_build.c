@@ -3,8 +3,9 @@
  * amr_build.c
  *		ambuild: bulk build by Sort-Tile-Recursive packing.
  *
- * The heap is scanned once into an in-memory array of leaf entries; the
- * entries are put in STR order (linear-time radix sorts) and cut into leaves
+ * The heap is scanned once (by parallel workers where the planner's rule
+ * allows, see parallel_scan) into an in-memory array of rows; the rows are
+ * put in STR order (linear-time radix sorts) and cut into leaves
  * filled to the index's fillfactor (90% by default, as GiST's), which are
  * written sequentially to PMEM
  * slots with non-temporal stores and published in the Leaf Table one by one.
