@@ -34,9 +34,25 @@ mkdir -p "$WORK/src/bench" && cp -a "$AMR_ROOT/bench/data" "$AMR_ROOT/bench/port
 mkdir -p "$WORK/regress" "$WORK/isolation" "$WORK/tap"
 as_root chown -R "$AMR_PG_USER" "$WORK"
 
-POOL_TAG="amrtree-test-$$"
-cleanup() { rm -f /dev/shm/"$POOL_TAG"-*.pool /dev/shm/"$POOL_TAG"-*.pool.grow 2>/dev/null || true; }
+# Pools on /dev/shm are named after this run (pid and start time: a pid
+# alone repeats after a reboot that keeps /dev/shm, and a test that counts
+# set-aside pools would count another run's).  Everything under the tag --
+# pools, their .grow files and the copies the server set aside as
+# .unusable-* -- goes when the run ends; what runs that were killed left
+# behind (their runner is gone) goes when the next one starts, since
+# /dev/shm is memory.
+POOL_TAG="amrtree-test-$$-$(date +%s)"
+cleanup() { rm -f /dev/shm/"$POOL_TAG"-* 2>/dev/null || true; }
 trap cleanup EXIT
+for stale in /dev/shm/amrtree-test-* /dev/shm/amrtree-tap-*; do
+	[ -e "$stale" ] || continue
+	runner=${stale#/dev/shm/amrtree-t*-}
+	runner=${runner%%-*}
+	case "$runner" in
+		'' | *[!0-9]*) continue ;;
+	esac
+	[ -d "/proc/$runner" ] || as_root rm -f "$stale"
+done
 
 PASSED=0
 FAILED=0

@@ -15,7 +15,7 @@ use Test::More;
 our @EXPORT = qw(amr_node amr_pool_path amr_load_porto amr_setup_parity
   amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server);
 
-my $tag = $ENV{AMR_POOL_TAG} || "amrtree-tap-$$";
+my $tag = $ENV{AMR_POOL_TAG} || "amrtree-tap-$$-" . time();
 my $src = $ENV{AMR_SRC} || dirname(__FILE__) . '/..';
 my @pools;
 
@@ -209,9 +209,10 @@ sub amr_wait_for_server
 	return 0;
 }
 
+# The pools, and any copy of one the server set aside as unusable
 END
 {
-	unlink $_ for @pools;
+	unlink $_, glob("$_.unusable-*") for @pools;
 }
 
 1;
