@@ -730,6 +730,8 @@ def cmd_compare(args):
                                    tag='q', logdir=os.path.join(cl.dir, 'pgbench-logs'))
                     qres.setdefault((label, cfg, am), []).append(r)
             report_runs(res, out, qres, label, configs)
+        measure_floor(clusters, configs, windows[sels[0]], sels[0], ncenters,
+                      rounds, seconds, clients, out, res)
 
         # -- single-row inserts (these grow the tables): with
         # synchronous_commit = on, what a durable application sees, and
@@ -986,6 +988,59 @@ ANALYZE bench_probes;""")
     finally:
         for cl in clusters.values():
             cl.remove()
+
+
+def measure_floor(clusters, configs, window, sel, ncenters, rounds, seconds,
+                  clients, out, res):
+    """The most any index could gain at the smallest window: the same range
+    query (same script, same windows) on a table of as many rows as a window
+    returns on average, every one of them met by every window, so that the
+    index's work is one small leaf.  What that costs is parse, plan,
+    executor, visibility checks and the protocol -- the part that does not
+    depend on the index.  Its tps over GiST's on the real table bounds the
+    ratio any index can reach there (docs/evaluation.md, the coastline
+    misses)."""
+    nrows = max(1, int(round(window[2])))
+    ams = ['amrtree', 'gist']
+    for cl in clusters.values():
+        for am in ams:
+            t = 'floor_' + am
+            cl.sql(f"DROP TABLE IF EXISTS {t}; "
+                   f"CREATE TABLE {t} AS SELECT g AS id, "
+                   f"box(point(-1e9, -1e9), point(1e9, 1e9)) AS b FROM generate_series(1, {nrows}) g; "
+                   f"ALTER TABLE {t} SET (autovacuum_enabled = off); "
+                   + INDEX_DDL[am].format(t=t) + f"; VACUUM ANALYZE {t}")
+    label = 'range %s floor' % pct(sel)
+    runs = {}
+    pairs = [(cfg, am) for cfg in configs for am in ams]
+    for rnd in range(rounds):
+        for cfg, am in rotated(pairs, rnd):
+            cl = clusters[cfg]
+            # a tiny table: without these the planner would scan it; the
+            # transaction log as in the real runs, which pay for it too
+            r = cl.pgbench([os.path.join(SCRIPTS, 'range.sql')], clients, seconds=seconds,
+                           defines={'hw': window[0], 'hh': window[1], 'n': ncenters,
+                                    'tbl': 'floor_' + am},
+                           gucs={'enable_seqscan': 'off', 'enable_bitmapscan': 'off'},
+                           tag='f', logdir=os.path.join(cl.dir, 'pgbench-logs'))
+            runs.setdefault((cfg, am), []).append(r['tps'])
+    log('\n== the floor at the %s window: the same query on %d rows that every window meets '
+        '(the index does one leaf)' % (pct(sel), nrows))
+    for cfg in configs:
+        real = out[cfg]['tps']['range %s' % pct(sel)]
+        floor = {am: mean_sd(runs[(cfg, am)])[0] for am in ams}
+        best = max(floor.values())
+        out[cfg]['floor'] = {'rows': nrows, 'tps': floor,
+                             'ceiling_vs_gist': ratio(best, real['gist']['tps']),
+                             'amrtree_vs_gist': ratio(real['amrtree']['tps'], real['gist']['tps'])}
+        for am in ams:
+            res.add(config=cfg, metric='tps', script=label, am=am, value=floor[am], unit='tps')
+        res.add(config=cfg, metric='floor_ratio_to_gist', script=label, am='any',
+                value=out[cfg]['floor']['ceiling_vs_gist'], unit='x')
+        log('  %-4s floor tps amrtree %.0f, GiST %.0f; on the real table GiST %.0f, amrtree %.0f:'
+            ' an index with no work of its own would be about %.2fx GiST here (amrtree %.2fx)'
+            % (cfg, floor['amrtree'], floor['gist'], real['gist']['tps'], real['amrtree']['tps'],
+               out[cfg]['floor']['ceiling_vs_gist'], out[cfg]['floor']['amrtree_vs_gist']))
 
 
 def report_runs(res, out, qres, label, configs):
