@@ -70,7 +70,9 @@ run_driver() {
 	build_install
 
 	BENCH_WORK="$(pg_owned_dir "$AMR_ROOT/bench/.run")"
-	BENCH_TAG="$$"
+	# pid and time: a pid alone can repeat after a restart that kept /dev/shm
+	BENCH_TAG="$$-$(date +%s)"
+	remove_orphaned_pools amrbench
 	mkdir -p "$BENCH_WORK/results"
 	as_root chown "$AMR_PG_USER" "$BENCH_WORK/results"
 	trap bench_cleanup EXIT
@@ -102,6 +104,7 @@ bench_cleanup() {
 		[ -f "$pid" ] || continue
 		as_pg / "$PG_BIN/pg_ctl" -D "$(dirname "$pid")" -m immediate stop >/dev/null 2>&1 || true
 	done
-	rm -f /dev/shm/amrbench-"$BENCH_TAG"-*.pool /dev/shm/amrbench-"$BENCH_TAG"-*.pool.grow
+	# pools, .grow files, and copies a server set aside as .unusable-*
+	rm -f /dev/shm/amrbench-"$BENCH_TAG"-* 2>/dev/null || true
 	as_root find "$BENCH_WORK" -mindepth 1 -maxdepth 1 -type d ! -name results -exec rm -rf {} + 2>/dev/null || true
 }

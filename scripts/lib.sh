@@ -32,6 +32,26 @@ as_root() {
 	if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
 
+# Remove /dev/shm files named <prefix>-<pid>-... whose process <pid> is gone:
+# pools (and their .grow files and the .unusable-* copies a server set
+# aside) of test or benchmark runs that were killed.  /dev/shm is memory,
+# and it can outlive a run by days on a machine that keeps it across
+# restarts.  Usage: remove_orphaned_pools prefix...
+remove_orphaned_pools() {
+	local prefix f runner
+	for prefix in "$@"; do
+		for f in /dev/shm/"$prefix"-*; do
+			[ -e "$f" ] || continue
+			runner=${f#/dev/shm/"$prefix"-}
+			runner=${runner%%-*}
+			case "$runner" in
+				'' | *[!0-9]*) continue ;;
+			esac
+			[ -d "/proc/$runner" ] || as_root rm -f "$f"
+		done
+	done
+}
+
 # Run a command as the unprivileged PostgreSQL user, in the given directory.
 as_pg() {
 	local dir="$1"; shift

@@ -44,15 +44,7 @@ as_root chown -R "$AMR_PG_USER" "$WORK"
 POOL_TAG="amrtree-test-$$-$(date +%s)"
 cleanup() { rm -f /dev/shm/"$POOL_TAG"-* 2>/dev/null || true; }
 trap cleanup EXIT
-for stale in /dev/shm/amrtree-test-* /dev/shm/amrtree-tap-*; do
-	[ -e "$stale" ] || continue
-	runner=${stale#/dev/shm/amrtree-t*-}
-	runner=${runner%%-*}
-	case "$runner" in
-		'' | *[!0-9]*) continue ;;
-	esac
-	[ -d "/proc/$runner" ] || as_root rm -f "$stale"
-done
+remove_orphaned_pools amrtree-test amrtree-tap
 
 PASSED=0
 FAILED=0
