@@ -95,6 +95,28 @@ typedef struct AmrBuildEntry
 	uint16		flags;
 } AmrBuildEntry;
 
+/*
+ * What an operator class's bounding-box function allocates for a row (its
+ * result, a detoasted value): kept apart and freed every ROWMEM_RESET_ROWS
+ * rows, or a build would hold all of it to the end -- for 10M points, 300
+ * MB.  (The box operator class allocates nothing per row.)
+ */
+#define ROWMEM_RESET_ROWS	1024
+
+typedef struct RowMemory
+{
+	MemoryContext cxt;
+	int			rows;
+} RowMemory;
+
+static void
+rowmem_init(RowMemory *rm)
+{
+	rm->cxt = AllocSetContextCreate(CurrentMemoryContext, "amrtree build rows",
+									ALLOCSET_DEFAULT_SIZES);
+	rm->rows = 0;
+}
+
 typedef struct AmrBuildState
 {
 	Relation	index;
@@ -104,6 +126,7 @@ typedef struct AmrBuildState
 	AmrBuildEntry *nulls;
 	Size		nnulls;
 	Size		capnulls;
+	RowMemory	rowmem;
 } AmrBuildState;
 
 char *
@@ -143,9 +166,13 @@ append_entry(AmrBuildEntry **arr, Size *n, Size *cap)
 	return &(*arr)[(*n)++];
 }
 
-/* A row as the heap scan met it, into *e. */
+/*
+ * A row as the heap scan met it, into *e; what the bounding-box function
+ * allocates goes into rm's context.
+ */
 static inline void
-collect_row(AmrBuildEntry *e, Relation index, ItemPointer tid, Datum value, bool isnull)
+collect_row(AmrBuildEntry *e, Relation index, ItemPointer tid, Datum value, bool isnull,
+			RowMemory *rm)
 {
 	if (isnull)
 	{
@@ -154,8 +181,16 @@ collect_row(AmrBuildEntry *e, Relation index, ItemPointer tid, Datum value, bool
 	}
 	else
 	{
+		MemoryContext old = MemoryContextSwitchTo(rm->cxt);
+
 		amr_box_from_datum(index, value, &e->key);
+		MemoryContextSwitchTo(old);
 		e->flags = amr_box_has_nan(&e->key) ? AMR_ENTRY_FLAG_NAN : 0;
+		if (++rm->rows == ROWMEM_RESET_ROWS)
+		{
+			MemoryContextReset(rm->cxt);
+			rm->rows = 0;
+		}
 	}
 	e->tid = *tid;
 }
@@ -168,7 +203,7 @@ build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
 
 	collect_row(isnull[0] ? append_entry(&bs->nulls, &bs->nnulls, &bs->capnulls) :
 				append_entry(&bs->boxes, &bs->nboxes, &bs->capboxes),
-				index, tid, values[0], isnull[0]);
+				index, tid, values[0], isnull[0], &bs->rowmem);
 }
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -537,6 +572,7 @@ typedef struct AmrParallelShared
 typedef struct AmrWorkerState
 {
 	shm_mq_handle *mqh;
+	RowMemory	rowmem;
 	int			n;
 	AmrBuildEntry rows[AMR_PBATCH_ROWS];
 } AmrWorkerState;
@@ -561,7 +597,7 @@ worker_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
 {
 	AmrWorkerState *ws = (AmrWorkerState *) state;
 
-	collect_row(&ws->rows[ws->n], index, tid, values[0], isnull[0]);
+	collect_row(&ws->rows[ws->n], index, tid, values[0], isnull[0], &ws->rowmem);
 	if (++ws->n == AMR_PBATCH_ROWS)
 		worker_flush(ws);
 }
@@ -586,6 +622,7 @@ amr_parallel_build_main(dsm_segment *seg, shm_toc *toc)
 	indexInfo = BuildIndexInfo(index);
 	shm_mq_set_sender(mq, MyProc);
 	ws->mqh = shm_mq_attach(mq, seg, NULL);
+	rowmem_init(&ws->rowmem);
 	ws->n = 0;
 	scan = table_beginscan_parallel(heap, AmrParallelScan(shared));
 	reltuples = table_index_build_scan(heap, index, indexInfo, true, false,
@@ -763,6 +800,7 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 
 	memset(&bs, 0, sizeof(bs));
 	bs.index = index;
+	rowmem_init(&bs.rowmem);
 
 	/*
 	 * Room for the rows the statistics expect (and a little growth), so a
@@ -780,6 +818,7 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 	if (!parallel_scan(heap, index, indexInfo, &bs, &reltuples))
 		reltuples = table_index_build_scan(heap, index, indexInfo, true, true,
 										   build_callback, (void *) &bs, NULL);
+	MemoryContextDelete(bs.rowmem.cxt);
 
 	/*
 	 * Every row seen was inserted by a WAL record before this point, so the

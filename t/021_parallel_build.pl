@@ -4,8 +4,9 @@
 # build's and answers like a sequential scan (NULLs, deleted rows, HOT
 # chains, and a snapshot older than the build that must still see the rows
 # deleted since); that an error in a worker, and a cancel, fail the build
-# cleanly and give back its pool storage; and that with no workers to be
-# had the build scans alone.
+# cleanly and give back its pool storage; that with no workers to be had
+# the build scans alone; and that a build does not keep what an operator
+# class's bounding-box function allocates per row.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -185,6 +186,39 @@ is($node->safe_psql('postgres', q{SELECT amrtree_check('t_b') AND amrtree_check(
 	'amrtree_check passes');
 $node->safe_psql('postgres', 'DROP INDEX t_slow; DROP INDEX t_b; DROP INDEX t2_b');
 is(usage(), '0 leaves, 0 slots, 0 indexes', 'dropping the indexes empties the pool');
+
+# --- 7. what a bounding-box function allocates per row is freed as the
+# build goes (the point class's function returns a fresh box for every
+# row): a serial build on points peaks no higher than one on boxes of the
+# same rows, in the same table (so the same heap pages and the same number
+# of leaves).  Linux only: the backend's peak resident set from /proc.
+SKIP:
+{
+	skip 'no /proc/<pid>/status', 1 unless -r "/proc/$$/status";
+	$node->safe_psql('postgres', q{
+CREATE TABLE pb AS SELECT g AS id, point(x, y) AS p, box(point(x, y), point(x, y)) AS b
+FROM (SELECT g, random() AS x, random() AS y FROM generate_series(1, 1000000) g) s;
+VACUUM ANALYZE pb;});
+	my %growth;
+	for my $col ('b', 'p')
+	{
+		my $s = $node->background_psql('postgres');
+		my $pid = $s->query_safe('SET max_parallel_maintenance_workers = 0; SELECT pg_backend_pid()');
+		$pid =~ s/\D//g;
+		my $peak = sub {
+			open my $fh, '<', "/proc/$pid/status" or die "/proc/$pid/status: $!";
+			my ($kb) = map { /^VmHWM:\s+(\d+)/ ? $1 : () } <$fh>;
+			return $kb;
+		};
+		my $before = $peak->();
+		$s->query_safe("CREATE INDEX pb_$col ON pb USING amrtree ($col)");
+		$growth{$col} = $peak->() - $before;
+		$s->quit;
+	}
+	cmp_ok($growth{p}, '<=', $growth{b} * 1.15 + 4096,
+		"a build on points peaks like one on boxes ($growth{p} kB against $growth{b} kB)");
+	$node->safe_psql('postgres', 'DROP TABLE pb');
+}
 
 $node->stop;
 done_testing();
