@@ -652,6 +652,7 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 	char	   *queues;
 	shm_mq_handle **mqh;
 	Size		scan_size;
+	ParallelBlockTableScanDesc blocks = NULL;
 	int			nlaunched;
 	int			nlive;
 	int			i;
@@ -715,6 +716,16 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 	ereport(DEBUG1,
 			(errmsg_internal("amrtree build of \"%s\": %d parallel workers scan the table",
 							 RelationGetRelationName(index), nlaunched)));
+
+	/*
+	 * Progress in blocks, as a serial scan reports it: for a block-based
+	 * table AM (heap), the blocks handed out to the workers so far.
+	 */
+	if (heap->rd_tableam->parallelscan_initialize == table_block_parallelscan_initialize)
+	{
+		blocks = (ParallelBlockTableScanDesc) AmrParallelScan(shared);
+		pgstat_progress_update_param(PROGRESS_SCAN_BLOCKS_TOTAL, blocks->phs_nblocks);
+	}
 	mqh = palloc0(sizeof(shm_mq_handle *) * nlaunched);
 	for (i = 0; i < nlaunched; i++)
 		mqh[i] = shm_mq_attach((shm_mq *) (queues + i * AMR_PQUEUE_SIZE), pcxt->seg,
@@ -758,6 +769,10 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 				*e = rows[r];
 			}
 		}
+		if (got && blocks != NULL)
+			pgstat_progress_update_param(PROGRESS_SCAN_BLOCKS_DONE,
+										 Min(pg_atomic_read_u64(&blocks->phs_nallocated),
+											 (uint64) blocks->phs_nblocks));
 		if (!got && nlive > 0)
 		{
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH, -1,
