@@ -172,9 +172,19 @@ is($mismatch, 0, 'the serially rebuilt index answers like a sequential scan');
 ($ok, $err) = build('REINDEX INDEX t_b', 2);
 ok($ok, 'parallel REINDEX succeeds') or diag($err);
 like($err, qr/parallel workers scan the table/, 'REINDEX scanned in parallel');
-($ok, $err) = build('CREATE INDEX t_slow ON t USING amrtree (slow_box(id, b))', 2);
-ok($ok, 'the slow expression index builds without a timeout') or diag($err);
-like($err, qr/parallel workers scan the table/, 'in parallel');
+# built in another session, while this one watches its progress
+my $builder = $node->background_psql('postgres');
+$builder->query_safe('SET max_parallel_maintenance_workers = 2; SET min_parallel_table_scan_size = 0');
+$builder->query_until(qr/started/,
+	"\\echo started\nCREATE INDEX t_slow ON t USING amrtree (slow_box(id, b));\n");
+ok($node->poll_query_until('postgres', q{
+SELECT blocks_total > 0 AND blocks_done > 0 AND blocks_done <= blocks_total
+  AND EXISTS (SELECT FROM pg_stat_activity WHERE backend_type = 'parallel worker')
+FROM pg_stat_progress_create_index WHERE phase = 'building index: scanning table'}),
+	'while workers scan, the build reports blocks done of blocks total');
+$builder->quit;
+is($node->safe_psql('postgres', q{SELECT indisvalid FROM pg_index WHERE indexrelid = 't_slow'::regclass}),
+	't', 'the slow expression index builds without a timeout');
 is($node->safe_psql('postgres', q{
 SET enable_seqscan = off; SET enable_bitmapscan = off;
 SELECT count(*) FROM t WHERE slow_box(id, b) && box '((0.2,0.2),(0.6,0.7))'}),
