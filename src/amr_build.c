@@ -98,8 +98,9 @@ typedef struct AmrBuildEntry
 /*
  * What an operator class's bounding-box function allocates for a row (its
  * result, a detoasted value): kept apart and freed every ROWMEM_RESET_ROWS
- * rows, or a build would hold all of it to the end -- for 10M points, 300
- * MB.  (The box operator class allocates nothing per row.)
+ * rows, or a build would hold all of it to the end -- for 10M points, 380
+ * MB; for PostGIS polygons, a deserialized geometry a row (docs/design.md,
+ * build notes).  (The box operator class allocates nothing per row.)
  */
 #define ROWMEM_RESET_ROWS	1024
 
