@@ -167,6 +167,14 @@ append_entry(AmrBuildEntry **arr, Size *n, Size *cap)
 	return &(*arr)[(*n)++];
 }
 
+/* Room for one more row on its side of the build: NULL keys or boxes. */
+static inline AmrBuildEntry *
+next_entry(AmrBuildState *bs, bool isnull)
+{
+	return isnull ? append_entry(&bs->nulls, &bs->nnulls, &bs->capnulls) :
+		append_entry(&bs->boxes, &bs->nboxes, &bs->capboxes);
+}
+
 /*
  * A row as the heap scan met it, into *e; what the bounding-box function
  * allocates goes into rm's context.
@@ -202,9 +210,7 @@ build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
 {
 	AmrBuildState *bs = (AmrBuildState *) state;
 
-	collect_row(isnull[0] ? append_entry(&bs->nulls, &bs->nnulls, &bs->capnulls) :
-				append_entry(&bs->boxes, &bs->nboxes, &bs->capboxes),
-				index, tid, values[0], isnull[0], &bs->rowmem);
+	collect_row(next_entry(bs, isnull[0]), index, tid, values[0], isnull[0], &bs->rowmem);
 }
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -762,13 +768,7 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 			rows = (const AmrBuildEntry *) data;
 			nrows = nbytes / sizeof(AmrBuildEntry);
 			for (r = 0; r < nrows; r++)
-			{
-				AmrBuildEntry *e = (rows[r].flags & AMR_ENTRY_FLAG_NULL) ?
-				append_entry(&bs->nulls, &bs->nnulls, &bs->capnulls) :
-				append_entry(&bs->boxes, &bs->nboxes, &bs->capboxes);
-
-				*e = rows[r];
-			}
+				*next_entry(bs, (rows[r].flags & AMR_ENTRY_FLAG_NULL) != 0) = rows[r];
 		}
 		if (got && blocks != NULL)
 			pgstat_progress_update_param(PROGRESS_SCAN_BLOCKS_DONE,
