@@ -103,6 +103,15 @@ is($node->safe_psql('postgres', q{
 SELECT count(DISTINCT indcheckxmin) || ':' || bool_and(indcheckxmin) FROM pg_index
 WHERE indexrelid IN ('t_b'::regclass, 't_b_serial'::regclass)}), '1:true',
 	'the broken HOT chains the workers met mark the index as the serial build does (indcheckxmin)');
+# a serial build lists each leaf's rows in the order the heap scan met
+# them, so block by block (a heap-only tuple is listed under its chain's
+# root, on the same block); the parallel one in the order they arrived
+is($node->safe_psql('postgres', q{
+SELECT count(*) FILTER (WHERE (prev::text::point)[0] > (tid::text::point)[0]) || ' out of order, '
+       || (count(*) > 2 * count(DISTINCT leaf_id))::text
+FROM (SELECT leaf_id, tid, lag(tid) OVER (PARTITION BY leaf_id ORDER BY entry) AS prev
+      FROM amrtree_leaf_entries('t_b_serial')) s}), '0 out of order, true',
+	'the serial build lists every leaf\'s rows in heap block order');
 $node->safe_psql('postgres', 'DROP INDEX t_b_serial');
 my ($mismatch, $rows) = amr_parity_mismatches($node, 't');
 is($mismatch, 0, "the parallel-built index answers like a sequential scan ($rows rows over all strategies)");
