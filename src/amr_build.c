@@ -277,13 +277,14 @@ set_leaf_entry(AmrLeafEntry *dst, const AmrBuildEntry *src, XLogRecPtr lsn)
  * the rows, taken in scan order, are dealt to their leaves -- two linear
  * passes where sorting 75-row runs took a tenth of a 10M-row build.
  * order[] may be the memory of items[] (it needs a third of it): each item
- * is read before any row is dealt.
+ * is read before any row is dealt.  leaf_of[] is room for n numbers, the
+ * sort's scratch space reused (fresh memory is what a build pays most for).
  */
 static void
 order_leaves_by_heap(const AmrPackPoint *items, Size n, const size_t *bounds,
-					 size_t nclasses, int fill, Size nleaves, uint32 *order)
+					 size_t nclasses, int fill, Size nleaves, uint32 *leaf_of,
+					 uint32 *order)
 {
-	uint32	   *leaf_of = build_alloc(sizeof(uint32) * (n + 1));
 	uint32	   *next = MemoryContextAllocHuge(CurrentMemoryContext,
 											  sizeof(uint32) * (nleaves + 1));
 	uint32		leaf = 0;
@@ -308,7 +309,6 @@ order_leaves_by_heap(const AmrPackPoint *items, Size n, const size_t *bounds,
 	for (i = 0; i < n; i++)
 		order[next[leaf_of[i]]++] = (uint32) i;
 	pfree(next);
-	pfree(leaf_of);
 }
 
 /* Reserve a leaf id and a slot, on *tier or else the other tier (*tier says which). */
@@ -394,18 +394,18 @@ release_batch(SsdBatch *b)
  * The leaf level's packing order (amr_pack_order's: size classes, STR in
  * each) of the collected rows, as point items of 12 bytes: the sort needs
  * only the centres, the classes are computed here, once, and the leaves'
- * boxes later from the entries themselves.  Returns the number of classes.
+ * boxes later from the entries themselves.  scratch[] is room for n items.
+ * Returns the number of classes.
  */
 static size_t
 pack_order(const AmrBuildEntry *entries, Size n, int fill, AmrPackPoint *items,
-		   size_t *bounds)
+		   AmrPackPoint *scratch, size_t *bounds)
 {
 	double		sample[1024];
 	int			nsample = 0;
 	Size		step = n / 1024 + 1;
 	double		base;
 	uint8	   *cls;
-	AmrPackPoint *scratch;
 	size_t		nclasses;
 	Size		i;
 
@@ -424,9 +424,7 @@ pack_order(const AmrBuildEntry *entries, Size n, int fill, AmrPackPoint *items,
 		items[i] = amr_pack_point(&fb, (uint32) i);
 		cls[i] = (uint8) amr_pack_size_class(&fb, base);
 	}
-	scratch = build_alloc(sizeof(AmrPackPoint) * (n + 1));
 	nclasses = amr_pack_points_order(items, cls, n, (size_t) fill, scratch, bounds);
-	pfree(scratch);
 	pfree(cls);
 	return nclasses;
 }
@@ -438,6 +436,7 @@ build_side(Relation index, AmrTree *t, AmrBuildEntry *entries, Size n,
 	AmrStore   *s = &amr_store;
 	int			fill = amr_build_leaf_fill(index);
 	AmrPackPoint *items;
+	AmrPackPoint *scratch = NULL;
 	AmrPackItem *leaf_items;
 	AmrPackItem *level_scratch;
 	uint32	   *order;
@@ -466,7 +465,8 @@ build_side(Relation index, AmrTree *t, AmrBuildEntry *entries, Size n,
 	else
 	{
 		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_SORT);
-		nclasses = pack_order(entries, n, fill, items, bounds);
+		scratch = build_alloc(sizeof(AmrPackPoint) * (n + 1));
+		nclasses = pack_order(entries, n, fill, items, scratch, bounds);
 	}
 	for (c = 0; c < nclasses; c++)
 		remaining += (bounds[c + 1] - bounds[c] + fill - 1) / fill;
@@ -477,7 +477,11 @@ build_side(Relation index, AmrTree *t, AmrBuildEntry *entries, Size n,
 			order[i] = (uint32) i;
 	}
 	else
-		order_leaves_by_heap(items, n, bounds, nclasses, fill, remaining, order);
+	{
+		order_leaves_by_heap(items, n, bounds, nclasses, fill, remaining,
+							 (uint32 *) scratch, order);
+		pfree(scratch);
+	}
 
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_WRITE_LEAVES);
 	leaf_items = MemoryContextAllocHuge(CurrentMemoryContext,
@@ -887,15 +891,25 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 	rowmem_init(&bs.rowmem);
 
 	/*
-	 * Room for the rows the statistics expect (and a little growth), so a
-	 * big build does not copy its entries at every doubling: at 10M rows
-	 * that was a gigabyte of copies and fresh pages.
+	 * Room for the rows the table is expected to hold (and a little more),
+	 * so a big build does not copy its entries at every doubling: at 10M
+	 * rows that was a gigabyte of copies and fresh pages.  The planner's
+	 * estimate, not reltuples: a table loaded and indexed before any VACUUM
+	 * or ANALYZE (reltuples = -1) is estimated from its size and row width,
+	 * and one that grew since is scaled to its current size.
 	 */
-	if (heap->rd_rel->reltuples > 0)
 	{
-		bs.capboxes = Min((Size) (heap->rd_rel->reltuples * 1.05) + 1024,
-						  MaxAllocHugeSize / sizeof(AmrBuildEntry));
-		bs.boxes = build_alloc(bs.capboxes * sizeof(AmrBuildEntry));
+		BlockNumber pages;
+		double		tuples;
+		double		allvisfrac;
+
+		table_relation_estimate_size(heap, NULL, &pages, &tuples, &allvisfrac);
+		if (tuples > 0)
+		{
+			bs.capboxes = Min((Size) (tuples * 1.05) + 1024,
+							  MaxAllocHugeSize / sizeof(AmrBuildEntry));
+			bs.boxes = build_alloc(bs.capboxes * sizeof(AmrBuildEntry));
+		}
 	}
 	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_SCAN);
 	if (!parallel_scan(heap, index, indexInfo, &bs, &reltuples))
