@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <time.h>
@@ -122,6 +123,51 @@ amr_prepare_parent_directory(const char *path, const char *setting)
 			  psprintf("Create it, writable by the server, or correct %s; then restart the server.",
 					   setting));
 	return false;
+}
+
+/*
+ * A server that was just stopped may hold its pool's and slot file's locks
+ * a moment after pg_ctl saw it stop: its postmaster removes postmaster.pid,
+ * then exits, and the kernel tears down its shared memory (shared_buffers,
+ * the pool's copy) before it closes its files and so releases their locks.
+ * With 2.4 GB of shared memory that took more than the 47 ms in which
+ * "pg_ctl restart" had started the next server, and that server refused
+ * the pool as held by another.  So wait for the lock, up to
+ * AMR_LOCK_WAIT_MS; a server that really is running keeps it, and the
+ * caller refuses the file as before.
+ */
+#define AMR_LOCK_WAIT_MS		10000
+#define AMR_LOCK_POLL_MS		20
+
+int
+amr_lock_file_waiting(int fd, const char *path)
+{
+	int			waited_ms = 0;
+	bool		told = false;
+
+	for (;;)
+	{
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+		{
+			if (told)
+				ereport(LOG,
+						(errmsg("amrtree: \"%s\" was released after %d ms", path, waited_ms)));
+			return 0;
+		}
+		if ((errno != EWOULDBLOCK && errno != EAGAIN) || waited_ms >= AMR_LOCK_WAIT_MS)
+			return errno;
+		if (!told && waited_ms >= 1000)
+		{
+			ereport(LOG,
+					(errmsg("amrtree: waiting for another process to release \"%s\"", path),
+					 errdetail("A server that was just stopped releases it as it exits; "
+							   "one that is running keeps it, and amrtree stops waiting after %d s.",
+							   AMR_LOCK_WAIT_MS / 1000)));
+			told = true;
+		}
+		pg_usleep(AMR_LOCK_POLL_MS * 1000L);
+		waited_ms += AMR_LOCK_POLL_MS;
+	}
 }
 
 static AmrPoolHeader *
@@ -564,6 +610,18 @@ pool_open_or_create(void)
 	}
 	else
 	{
+		int			lock_fd = open(path, O_RDONLY | PG_BINARY, 0);
+
+		/*
+		 * libpmemobj takes the pool's lock without waiting: wait here for a
+		 * server that is still exiting, then let it go (closing the file
+		 * releases it) for pmemobj_open to take.
+		 */
+		if (lock_fd >= 0)
+		{
+			(void) amr_lock_file_waiting(lock_fd, path);
+			close(lock_fd);
+		}
 		pool = pmemobj_open(path, AMR_POOL_LAYOUT);
 		if (pool == NULL)
 		{

@@ -182,10 +182,12 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 	 */
 	if (ssd_lock_fd < 0)
 	{
+		int			lock_errno = 0;
+
 		ssd_lock_fd = open(path, O_RDONLY | PG_BINARY, 0);
-		if (ssd_lock_fd >= 0 && flock(ssd_lock_fd, LOCK_EX | LOCK_NB) != 0)
+		if (ssd_lock_fd >= 0 && (lock_errno = amr_lock_file_waiting(ssd_lock_fd, path)) != 0)
 		{
-			snprintf(detail, sizeof(detail), "flock(\"%s\") failed: %s", path, strerror(errno));
+			snprintf(detail, sizeof(detail), "flock(\"%s\") failed: %s", path, strerror(lock_errno));
 			close(ssd_lock_fd);
 			ssd_lock_fd = -1;
 			amr_pool_fail("the SSD slot file is in use by another server", detail,

@@ -302,6 +302,9 @@ extern uint64 amr_random_id(void);
 /* The directory of path exists, or is our own default one and is created. */
 extern bool amr_prepare_parent_directory(const char *path, const char *setting);
 
+/* Postmaster: lock fd's file exclusively, waiting a while for an exiting holder; 0 or an errno. */
+extern int	amr_lock_file_waiting(int fd, const char *path);
+
 /* ---- the SSD slot file (amr_slotfile.c) ---- */
 
 /* Postmaster: validate, create or enlarge the slot file for pool hdr. */

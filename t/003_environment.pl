@@ -1,7 +1,8 @@
 # The environment amrtree depends on, and what happens when it is wrong:
 # no shared_preload_libraries, a pool from another cluster or of another
 # format version (set aside, a new one made), one that another server holds
-# (refused), a wiped pool with amrtree.auto_rebuild = off (queries skip
+# (refused) or held a moment longer by one on its way out (waited for),
+# a wiped pool with amrtree.auto_rebuild = off (queries skip
 # the index, writes succeed, the hint says REINDEX), a pool on an ordinary disk file, settings PostgreSQL rejects,
 # directories that do not exist, and an SSD tier being switched off.
 use strict;
@@ -10,6 +11,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use File::Copy;
+use Fcntl qw(:flock);
+use POSIX ();
 use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
 use AmrTree;
 
@@ -130,6 +133,32 @@ is($node->safe_psql('postgres', $q_idx), '13', '... and it answers with every ro
 is($node->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and it is valid');
 is($node->safe_psql('postgres', q{SELECT status FROM amrtree_index_stats('t_b')}), 'ok', 'status ok');
 $node->stop;
+
+# --- a pool whose lock a process on its way out still holds (a server
+# stopped a moment before, still tearing down its shared memory, as
+# pg_ctl restart meets it): the next start waits for the lock rather than
+# refusing the pool as another server's
+{
+	open(my $fh, '<', $main_pool) or die "open $main_pool: $!";
+	flock($fh, LOCK_EX) or die "flock $main_pool: $!";
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		# the lock belongs to the open file, which the child shares
+		sleep 3;
+		POSIX::_exit(0);
+	}
+	close($fh);
+	$node->start;
+	waitpid($pid, 0);
+	is($node->safe_psql('postgres', q{SELECT status FROM amrtree_index_stats('t_b')}), 'ok',
+		'a pool whose lock an exiting process held a moment longer is used');
+	is($node->safe_psql('postgres', $q_idx), '13', '... and its index answers');
+	ok($node->log_contains('waiting for another process to release'), 'the log says the server waited');
+	ok($node->log_contains(qr/"\Q$main_pool\E" was released after \d+ ms/), '... and for how long');
+	$node->stop;
+}
 
 # --- the default location: a disk file in the data directory, written
 # back (docs/design.md, "Write-back pools"; t/017 crashes it)
