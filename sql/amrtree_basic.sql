@@ -171,3 +171,31 @@ SELECT count(*) FROM grid WHERE b && box '((10,10),(12,12))';
 -- idx_scan is counted
 SELECT pg_stat_force_next_flush();
 SELECT idx_scan > 0 AS counted FROM pg_stat_user_indexes WHERE indexrelname = 'grid_b';
+
+-- a partial index holds only the rows its predicate admits, serves the
+-- queries that imply it, and answers like a sequential scan
+CREATE TABLE part_t (id int, b box, active bool);
+INSERT INTO part_t SELECT g, box(point(g % 100, g / 100), point(g % 100 + 0.5, g / 100 + 0.5)), g % 3 = 0
+FROM generate_series(0, 9999) g;
+CREATE INDEX part_t_b ON part_t USING amrtree (b) WHERE active;
+VACUUM ANALYZE part_t;
+SELECT entries FROM amrtree_index_stats('part_t_b');
+INSERT INTO part_t VALUES (10000, box '((5,5),(5.2,5.2))', true), (10001, box '((5,5),(5.2,5.2))', false);
+SELECT entries FROM amrtree_index_stats('part_t_b');
+CREATE FUNCTION part_ids(q box, use_index bool) RETURNS int[] LANGUAGE plpgsql AS $$
+DECLARE r int[];
+BEGIN
+  PERFORM set_config('enable_seqscan', CASE WHEN use_index THEN 'off' ELSE 'on' END, true);
+  PERFORM set_config('enable_indexscan', CASE WHEN use_index THEN 'on' ELSE 'off' END, true);
+  PERFORM set_config('enable_bitmapscan', CASE WHEN use_index THEN 'on' ELSE 'off' END, true);
+  EXECUTE 'SELECT coalesce(array_agg(id ORDER BY id), ''{}'') FROM part_t WHERE b && $1 AND active'
+    INTO r USING q;
+  RETURN r;
+END $$;
+SELECT cardinality(part_ids(box '((4,4),(10,10))', false)) AS rows_matched,
+       part_ids(box '((4,4),(10,10))', true) = part_ids(box '((4,4),(10,10))', false) AS index_agrees;
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT id FROM part_t WHERE b && box '((4,4),(10,10))' AND active;
+-- a query that does not imply the predicate cannot use the index
+EXPLAIN (COSTS OFF) SELECT id FROM part_t WHERE b && box '((4,4),(10,10))';
+RESET enable_seqscan;

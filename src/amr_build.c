@@ -896,8 +896,11 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 	 * rows that was a gigabyte of copies and fresh pages.  The planner's
 	 * estimate, not reltuples: a table loaded and indexed before any VACUUM
 	 * or ANALYZE (reltuples = -1) is estimated from its size and row width,
-	 * and one that grew since is scaled to its current size.
+	 * and one that grew since is scaled to its current size.  Not for a
+	 * partial index, which may take a small part of the rows: room for all
+	 * of them could exceed what the machine would grant.
 	 */
+	if (indexInfo->ii_Predicate == NIL)
 	{
 		BlockNumber pages;
 		double		tuples;
