@@ -453,11 +453,12 @@ build_side(Relation index, AmrTree *t, AmrBuildEntry *entries, Size n,
 	bool		locked = false;
 
 	items = build_alloc(sizeof(AmrPackPoint) * (n + 1));
+	order = (uint32 *) items;
 	if (nulls)
 	{
 		/* NULL keys have no position: any grouping will do */
 		for (i = 0; i < n; i++)
-			items[i].ref = (uint32) i;
+			order[i] = (uint32) i;
 		bounds[0] = 0;
 		bounds[1] = n;
 		nclasses = n > 0 ? 1 : 0;
@@ -470,13 +471,7 @@ build_side(Relation index, AmrTree *t, AmrBuildEntry *entries, Size n,
 	}
 	for (c = 0; c < nclasses; c++)
 		remaining += (bounds[c + 1] - bounds[c] + fill - 1) / fill;
-	order = (uint32 *) items;
-	if (nulls)
-	{
-		for (i = 0; i < n; i++)
-			order[i] = (uint32) i;
-	}
-	else
+	if (!nulls)
 	{
 		order_leaves_by_heap(items, n, bounds, nclasses, fill, remaining,
 							 (uint32 *) scratch, order);
