@@ -86,9 +86,12 @@ typedef struct AmrScanOpaqueData
 	bool		item_recheck[AMR_LEAF_CAPACITY];
 	AmrLeaf    *leaf;			/* a leaf copy (aligned) */
 	AmrReadAhead readahead;		/* SSD leaves read with one submission */
+	bool		leaf_decided;	/* copy_candidates decided this leaf's
+								 * ordinary entries exactly */
 	IndexTuple	itup_template;	/* index-only scans: rewritten per row */
 	Size		itup_data_off;
 	int			itup_value_len;
+	bool		itup_box;		/* the template's value is the stored box */
 
 	/* ordered scans */
 	bool		ordered;		/* ORDER BY key <-> point */
@@ -551,6 +554,8 @@ copy_candidates(const AmrLeaf *src, AmrLeaf *dst, void *arg)
 				dst->entries[ncopied++] = *e;
 		}
 		dst->hdr.nentries = ncopied;
+		/* an exact key: every copied ordinary entry is a match */
+		so->leaf_decided = !so->lossy[0];
 		return;
 	}
 	for (i = 0; i < n; i++)
@@ -608,6 +613,8 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 		PredicateLockPage(scan->indexRelation, amr_pred_leaf_block(leaf_id),
 						  scan->xs_snapshot);
 
+	/* set by copy_candidates; a leaf read from SSD is evaluated whole */
+	so->leaf_decided = false;
 	img = amr_leaf_read_for_scan(scan->indexRelation, t, so->generation, leaf_id,
 								 so->start_nsn, &so->readahead, so->leaf,
 								 copy_candidates, so, &follow);
@@ -630,9 +637,13 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 		bool		isnull = (en->flags & AMR_ENTRY_FLAG_NULL) != 0;
 		bool		recheck = false;
 
-		if (en->flags & AMR_ENTRY_FLAG_DEAD)
+		if (so->leaf_decided && en->flags == 0)
+		{
+			/* passed the copy's test, which is entry_matches' whole test */
+		}
+		else if (en->flags & AMR_ENTRY_FLAG_DEAD)
 			continue;
-		if (isnull ? !so->want_null_side : !entry_matches(scan, en, &recheck))
+		else if (isnull ? !so->want_null_side : !entry_matches(scan, en, &recheck))
 			continue;
 		memcpy(&so->tids[so->nitems], &en->tid_blk_hi, sizeof(ItemPointerData));
 		so->boxes[so->nitems] = en->key;
@@ -674,7 +685,7 @@ static void
 set_index_tuple(IndexScanDesc scan, const AmrBox *key, bool isnull)
 {
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
-	MemoryContext old = MemoryContextSwitchTo(so->batch_cxt);
+	MemoryContext old;
 	Datum		values[INDEX_MAX_KEYS];
 	bool		nulls[INDEX_MAX_KEYS];
 
@@ -682,15 +693,21 @@ set_index_tuple(IndexScanDesc scan, const AmrBox *key, bool isnull)
 	{
 		char	   *data = (char *) so->itup_template + so->itup_data_off;
 
-		if (amr_opclass_exact(scan->indexRelation))
+		if (so->itup_box)
 			amr_box_set_pg((BOX *) data, key);
 		else
+		{
+			/* the fetch function allocates: in the batch's context */
+			old = MemoryContextSwitchTo(so->batch_cxt);
 			memcpy(data, DatumGetPointer(amr_key_value(scan->indexRelation, key)),
 				   so->itup_value_len);
+			MemoryContextSwitchTo(old);
+		}
 		scan->xs_itup = so->itup_template;
-		MemoryContextSwitchTo(old);
 		return;
 	}
+
+	old = MemoryContextSwitchTo(so->batch_cxt);
 
 	/* INCLUDE columns are not stored: amrcanreturn keeps them out of here */
 	memset(nulls, true, sizeof(nulls));
@@ -710,6 +727,7 @@ set_index_tuple(IndexScanDesc scan, const AmrBox *key, bool isnull)
 			so->itup_template = CopyIndexTuple(scan->xs_itup);
 			so->itup_data_off = IndexInfoFindDataOffset(so->itup_template->t_info);
 			so->itup_value_len = att->attlen;
+			so->itup_box = amr_opclass_exact(scan->indexRelation);
 		}
 	}
 	MemoryContextSwitchTo(old);
