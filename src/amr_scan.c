@@ -86,8 +86,6 @@ typedef struct AmrScanOpaqueData
 	bool		item_recheck[AMR_LEAF_CAPACITY];
 	AmrLeaf    *leaf;			/* a leaf copy (aligned) */
 	AmrReadAhead readahead;		/* SSD leaves read with one submission */
-	bool		leaf_decided;	/* copy_candidates decided this leaf's
-								 * ordinary entries exactly */
 	IndexTuple	itup_template;	/* index-only scans: rewritten per row */
 	Size		itup_data_off;
 	int			itup_value_len;
@@ -524,6 +522,13 @@ entry_matches(IndexScanDesc scan, const AmrLeafEntry *e, bool *recheck)
  * the copy afterwards gives the same answer as evaluating the whole image;
  * on a small window most of a leaf is left behind, and the copy and the
  * evaluation shrink to the few entries that can match.
+ *
+ * A lone exact `&&` key (box_ops, point_ops) is decided here outright: the
+ * test below is entry_matches' whole test for an ordinary entry, so its
+ * matches go straight into the batch and only NaN keys are copied, for the
+ * operator to decide after the lock is released.  Each match is read once
+ * instead of copied and read again; that was a seventh of an index-only
+ * scan's time on coastline windows.
  */
 static void
 copy_candidates(const AmrLeaf *src, AmrLeaf *dst, void *arg)
@@ -537,11 +542,13 @@ copy_candidates(const AmrLeaf *src, AmrLeaf *dst, void *arg)
 	if (so->nkeys == 1 && so->keys[0].prune && so->keys[0].strategy == AMR_STRAT_OVERLAP &&
 		!so->want_null_side)
 	{
-		/* `&&` alone: amr_leaf_match's test, bounds plus epsilon hoisted */
+		/* amr_leaf_match's overlap test, bounds plus epsilon hoisted */
 		const double qxlo = so->keys[0].query.xlo;
 		const double qylo = so->keys[0].query.ylo;
 		const double qxhi = so->keys[0].query.xhi + AMR_EPSILON;
 		const double qyhi = so->keys[0].query.yhi + AMR_EPSILON;
+		const bool	decide = !so->lossy[0];
+		int			nitems = so->nitems;
 
 		for (i = 0; i < n; i++)
 		{
@@ -549,13 +556,28 @@ copy_candidates(const AmrLeaf *src, AmrLeaf *dst, void *arg)
 			bool		hit = (e->key.xlo <= qxhi) & (qxlo <= e->key.xhi + AMR_EPSILON) &
 				(e->key.ylo <= qyhi) & (qylo <= e->key.yhi + AMR_EPSILON);
 
-			/* NaN keys go to the operator; NULL and dead ones are not wanted */
-			if (e->flags == 0 ? hit : (e->flags == AMR_ENTRY_FLAG_NAN))
-				dst->entries[ncopied++] = *e;
+			if (e->flags == 0)
+			{
+				if (!hit)
+					continue;
+				if (decide)
+				{
+					memcpy(&so->tids[nitems], &e->tid_blk_hi, sizeof(ItemPointerData));
+					so->boxes[nitems] = e->key;
+					so->isnull[nitems] = false;
+					so->item_recheck[nitems] = false;
+					nitems++;
+					continue;
+				}
+			}
+			/* NULL and dead entries are not wanted */
+			else if (e->flags != AMR_ENTRY_FLAG_NAN)
+				continue;
+			/* a NaN key goes to the operator; a lossy key's hit to its tests */
+			dst->entries[ncopied++] = *e;
 		}
+		so->nitems = nitems;
 		dst->hdr.nentries = ncopied;
-		/* an exact key: every copied ordinary entry is a match */
-		so->leaf_decided = !so->lossy[0];
 		return;
 	}
 	for (i = 0; i < n; i++)
@@ -613,14 +635,14 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 		PredicateLockPage(scan->indexRelation, amr_pred_leaf_block(leaf_id),
 						  scan->xs_snapshot);
 
-	/* set by copy_candidates; a leaf read from SSD is evaluated whole */
-	so->leaf_decided = false;
+	/* copy_candidates may put matches in the batch; SSD images come whole */
 	img = amr_leaf_read_for_scan(scan->indexRelation, t, so->generation, leaf_id,
 								 so->start_nsn, &so->readahead, so->leaf,
 								 copy_candidates, so, &follow);
 	/* a leaf of a live tree is never freed: if it is gone, so is the tree */
 	if (img == NULL || img->hdr.tree_generation != so->generation)
 	{
+		so->nitems = 0;
 		check_tree_unchanged(scan);
 		return;
 	}
@@ -637,13 +659,9 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 		bool		isnull = (en->flags & AMR_ENTRY_FLAG_NULL) != 0;
 		bool		recheck = false;
 
-		if (so->leaf_decided && en->flags == 0)
-		{
-			/* passed the copy's test, which is entry_matches' whole test */
-		}
-		else if (en->flags & AMR_ENTRY_FLAG_DEAD)
+		if (en->flags & AMR_ENTRY_FLAG_DEAD)
 			continue;
-		else if (isnull ? !so->want_null_side : !entry_matches(scan, en, &recheck))
+		if (isnull ? !so->want_null_side : !entry_matches(scan, en, &recheck))
 			continue;
 		memcpy(&so->tids[so->nitems], &en->tid_blk_hi, sizeof(ItemPointerData));
 		so->boxes[so->nitems] = en->key;
