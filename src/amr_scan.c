@@ -413,7 +413,7 @@ lock_node_for_read(uint32 node_id, void *arg)
 	PredicateLockPage(scan->indexRelation, amr_pred_node_block(node_id), scan->xs_snapshot);
 }
 
-static void
+static pg_noinline void
 start_scan(IndexScanDesc scan)
 {
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
@@ -672,7 +672,7 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 	MemoryContextSwitchTo(old_cxt);
 }
 
-static bool
+static pg_noinline bool
 next_batch(IndexScanDesc scan)
 {
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
@@ -692,40 +692,18 @@ next_batch(IndexScanDesc scan)
 }
 
 /*
- * The index tuple of an index-only scan: the key's value (box_ops: the
- * stored box; classes with a fetch function: its value).  When that value
- * has a fixed length (box, point), one tuple is formed per scan and each
- * row's value is written into it in place: the executor reads xs_itup only
- * until the next amgettuple call, and forming a tuple per row was a sixth
- * of an index-only scan's time on small windows.
+ * The index tuple of an index-only scan, formed: a NULL key, the first row
+ * of a scan, and values that are not fixed-length by reference.  The first
+ * fixed-length value's tuple is kept as the template set_index_tuple
+ * rewrites for the following rows.
  */
-static void
-set_index_tuple(IndexScanDesc scan, const AmrBox *key, bool isnull)
+static pg_noinline void
+form_index_tuple(IndexScanDesc scan, const AmrBox *key, bool isnull)
 {
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
-	MemoryContext old;
+	MemoryContext old = MemoryContextSwitchTo(so->batch_cxt);
 	Datum		values[INDEX_MAX_KEYS];
 	bool		nulls[INDEX_MAX_KEYS];
-
-	if (!isnull && so->itup_template != NULL)
-	{
-		char	   *data = (char *) so->itup_template + so->itup_data_off;
-
-		if (so->itup_box)
-			amr_box_set_pg((BOX *) data, key);
-		else
-		{
-			/* the fetch function allocates: in the batch's context */
-			old = MemoryContextSwitchTo(so->batch_cxt);
-			memcpy(data, DatumGetPointer(amr_key_value(scan->indexRelation, key)),
-				   so->itup_value_len);
-			MemoryContextSwitchTo(old);
-		}
-		scan->xs_itup = so->itup_template;
-		return;
-	}
-
-	old = MemoryContextSwitchTo(so->batch_cxt);
 
 	/* INCLUDE columns are not stored: amrcanreturn keeps them out of here */
 	memset(nulls, true, sizeof(nulls));
@@ -752,6 +730,41 @@ set_index_tuple(IndexScanDesc scan, const AmrBox *key, bool isnull)
 }
 
 /*
+ * The index tuple of an index-only scan: the key's value (box_ops: the
+ * stored box; classes with a fetch function: its value).  When that value
+ * has a fixed length (box, point), one tuple is formed per scan and each
+ * row's value is written into it in place: the executor reads xs_itup only
+ * until the next amgettuple call, and forming a tuple per row was a sixth
+ * of an index-only scan's time on small windows.  This runs once per row,
+ * so the forming lives apart (its arrays cost every call a large frame).
+ */
+static inline void
+set_index_tuple(IndexScanDesc scan, const AmrBox *key, bool isnull)
+{
+	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
+	char	   *data;
+
+	if (isnull || so->itup_template == NULL)
+	{
+		form_index_tuple(scan, key, isnull);
+		return;
+	}
+	data = (char *) so->itup_template + so->itup_data_off;
+	if (so->itup_box)
+		amr_box_set_pg((BOX *) data, key);
+	else
+	{
+		/* the fetch function allocates: in the batch's context */
+		MemoryContext old = MemoryContextSwitchTo(so->batch_cxt);
+
+		memcpy(data, DatumGetPointer(amr_key_value(scan->indexRelation, key)),
+			   so->itup_value_len);
+		MemoryContextSwitchTo(old);
+	}
+	scan->xs_itup = so->itup_template;
+}
+
+/*
  * Rows whose distance is NULL: a NULL key, or ORDER BY ... <-> NULL.  They
  * follow every row with a distance, as NULLS LAST puts them.
  */
@@ -769,7 +782,7 @@ set_null_distances(IndexScanDesc scan)
 }
 
 /* After the box side of an ordered scan: collect the NULL side's leaves. */
-static void
+static pg_noinline void
 collect_null_side(IndexScanDesc scan)
 {
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
@@ -894,7 +907,7 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 }
 
 /* The next row of an ordered scan's box side; false when there is none. */
-static bool
+static pg_noinline bool
 knn_next(IndexScanDesc scan)
 {
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
