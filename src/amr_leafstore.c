@@ -424,15 +424,25 @@ amr_leaf_switch(Relation index, AmrTree *t, uint32 leaf_id, uint32 tier, uint32 
 {
 	AmrStore   *s = &amr_store;
 	XLogRecPtr	lsn = InvalidXLogRecPtr;
-	bool		logged;
+	bool		wanted = how != AMR_LOG_NONE && amr_wal_wanted(t, index);
+	bool		logged = false;
 	uint64		old;
 
-	logged = how != AMR_LOG_NONE && amr_wal_wanted(t, index) &&
-		(how == AMR_LOG_REWRITE || amr_wal_needs_image(leaf_id));
 	START_CRIT_SECTION();
+	if (wanted)
+	{
+		/*
+		 * Held before deciding, as the append and dead-mark paths do: a move
+		 * left unlogged because the leaf has an image since the redo pointer
+		 * this backend saw is then either waited for by the write-back fence
+		 * of a checkpoint that began meanwhile, or decided after that
+		 * checkpoint's redo pointer is visible (and logged whole).
+		 */
+		amr_wal_hold_checkpoint();
+		logged = how == AMR_LOG_REWRITE || amr_wal_needs_image(leaf_id);
+	}
 	if (logged)
 	{
-		amr_wal_hold_checkpoint();
 		lsn = amr_wal_images(t, how == AMR_LOG_REWRITE ? AMR_IMAGE_REWRITE : AMR_IMAGE_MOVE,
 							 1, &leaf_id, &img, NULL);
 		AMR_FAULT_POINT("switch:after_logged");
@@ -451,7 +461,7 @@ amr_leaf_switch(Relation index, AmrTree *t, uint32 leaf_id, uint32 tier, uint32 
 		AMR_FAULT_POINT("switch:count_written");
 	}
 	old = amr_lt_switch(s, leaf_id, tier, slot, mbr, img, lsn);
-	if (logged)
+	if (wanted)
 		amr_wal_release_checkpoint();
 	END_CRIT_SECTION();
 
