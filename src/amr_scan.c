@@ -515,6 +515,16 @@ entry_matches(IndexScanDesc scan, const AmrLeafEntry *e, bool *recheck)
 	return true;
 }
 
+/* Item i of the batch is entry e, a match (recheck: the executor tests the row). */
+static inline void
+batch_put(AmrScanOpaque so, int i, const AmrLeafEntry *e, bool isnull, bool recheck)
+{
+	memcpy(&so->tids[i], &e->tid_blk_hi, sizeof(ItemPointerData));
+	so->boxes[i] = e->key;
+	so->isnull[i] = isnull;
+	so->item_recheck[i] = recheck;
+}
+
 /*
  * AmrLeafCopyFn: copy a leaf's header and the entries that pass the keys'
  * box tests (amr_leaf_match: plain arithmetic, safe under the leaf lock).
@@ -562,11 +572,7 @@ copy_candidates(const AmrLeaf *src, AmrLeaf *dst, void *arg)
 					continue;
 				if (decide)
 				{
-					memcpy(&so->tids[nitems], &e->tid_blk_hi, sizeof(ItemPointerData));
-					so->boxes[nitems] = e->key;
-					so->isnull[nitems] = false;
-					so->item_recheck[nitems] = false;
-					nitems++;
+					batch_put(so, nitems++, e, false, false);
 					continue;
 				}
 			}
@@ -663,11 +669,7 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 			continue;
 		if (isnull ? !so->want_null_side : !entry_matches(scan, en, &recheck))
 			continue;
-		memcpy(&so->tids[so->nitems], &en->tid_blk_hi, sizeof(ItemPointerData));
-		so->boxes[so->nitems] = en->key;
-		so->isnull[so->nitems] = isnull;
-		so->item_recheck[so->nitems] = recheck;
-		so->nitems++;
+		batch_put(so, so->nitems++, en, isnull, recheck);
 	}
 	MemoryContextSwitchTo(old_cxt);
 }
