@@ -243,6 +243,52 @@ CROSS JOIN LATERAL (SELECT id FROM oc_pt ORDER BY v <-> probes.p LIMIT 1) n;
 SELECT count(*) FROM (SELECT id FROM oc_pt ORDER BY v <-> NULL::point LIMIT 10) s;
 RESET enable_seqscan;
 
+-- Two or three ORDER BY distances: rows tied on the first are sorted by the
+-- others in the index, exactly, as GiST does, so an index-only scan works
+-- too (the executor cannot reorder its rows).  The distances of the rows
+-- returned, in order, by a sequential scan and sort, an index scan and an
+-- index-only scan: ties of the first distance abound (grid points, equal
+-- points), with NaN and NULL keys, infinities and a NULL or NaN argument.
+CREATE FUNCTION oc_knn_multi(tbl text, orderby text, k int, scan text)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  sql text := format('SELECT ROW(%s)::text AS d FROM %s ORDER BY %s LIMIT %s', orderby, tbl, orderby, k);
+  plan text := '';
+  r record;
+  result text;
+BEGIN
+  PERFORM set_config('enable_seqscan', (scan = 'seq')::text, true);
+  PERFORM set_config('enable_sort', (scan = 'seq')::text, true);
+  PERFORM set_config('enable_indexscan', (scan <> 'seq')::text, true);
+  PERFORM set_config('enable_indexonlyscan', (scan = 'index only')::text, true);
+  PERFORM set_config('enable_bitmapscan', 'off', true);
+  FOR r IN EXECUTE 'EXPLAIN (COSTS OFF) ' || sql LOOP
+    plan := plan || r."QUERY PLAN" || E'\n';
+  END LOOP;
+  IF scan = 'index' AND plan NOT LIKE '%Index Scan using%Order By: (%v <->%' OR
+     scan = 'index only' AND plan NOT LIKE '%Index Only Scan using%Order By: (%v <->%' OR
+     scan = 'seq' AND plan NOT LIKE '%Seq Scan on%' THEN
+    RAISE EXCEPTION 'plan does not use a % scan: %', scan, plan;
+  END IF;
+  EXECUTE 'SELECT coalesce(array_agg(d ORDER BY n), ''{}'')::text FROM ' ||
+          '(SELECT d, row_number() OVER () n FROM (' || sql || ') s) s' INTO result;
+  RETURN result;
+END $$;
+SELECT tbl, orderby, k,
+       oc_knn_multi(tbl, orderby, k, 'index') = oc_knn_multi(tbl, orderby, k, 'seq') AS index_scan,
+       oc_knn_multi(tbl, orderby, k, 'index only') = oc_knn_multi(tbl, orderby, k, 'seq') AS index_only_scan
+FROM (VALUES ('oc_pt', 'v <-> ''(2,2)''::point, v <-> ''(10,-5)''::point', 100000),
+             ('oc_pt', 'v <-> ''(0,0)''::point, v <-> ''(1,1)''::point, v <-> ''(-3,4)''::point', 300),
+             ('oc_pt', 'v <-> ''(2,2)''::point, v <-> NULL::point', 100000),
+             ('oc_pt', 'v <-> ''(2,2)''::point, v <-> ''(NaN,1)''::point', 100000),
+             ('oc_box', 'v <-> ''(1,1)''::point, v <-> ''(30,-7)''::point', 100000),
+             ('oc_box', 'v <-> ''(-20,-20)''::point, v <-> ''(0,0)''::point', 50)) q(tbl, orderby, k)
+ORDER BY tbl, orderby;
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT v FROM oc_pt ORDER BY v <-> point '(2,2)', v <-> point '(10,-5)' LIMIT 3;
+SELECT v, v <-> point '(10,-5)' AS second FROM oc_pt ORDER BY v <-> point '(2,2)', v <-> point '(10,-5)' LIMIT 3;
+RESET enable_seqscan;
+
 -- after inserts that split leaves, and VACUUM
 INSERT INTO oc_pt (v) SELECT point(random() * 4, random() * 4) FROM generate_series(1, 3000);
 DELETE FROM oc_pt WHERE id % 5 = 0;

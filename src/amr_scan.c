@@ -49,6 +49,7 @@
 #include "utils/syscache.h"
 
 typedef struct AmrKnnHit AmrKnnHit;
+typedef struct AmrKnnTie AmrKnnTie;
 
 typedef struct AmrScanOpaqueData
 {
@@ -106,6 +107,19 @@ typedef struct AmrScanOpaqueData
 	uint32	   *knn_pins;		/* leaves pinned by an ordered scan */
 	int			nknn_pins;
 	int			knn_pins_capacity;
+
+	/* more than one ORDER BY over exact keys: ties of the first, sorted */
+	bool		order_ties;
+	int			tie_width;		/* the further ORDER BYs: numberOfOrderBys - 1 */
+	AmrKnnTie  *ties;			/* the group of rows at one first distance */
+	double	   *tie_values;		/* per row, the further ORDER BYs' distances */
+	bool	   *tie_nulls;
+	int			ntie;
+	int			tie_pos;
+	int			ties_capacity;
+	bool		have_ahead;		/* the row after the group, already taken */
+	uint64		ahead_payload;
+	double		ahead_distance;
 } AmrScanOpaqueData;
 
 typedef AmrScanOpaqueData *AmrScanOpaque;
@@ -132,6 +146,17 @@ struct AmrKnnHit
 {
 	ItemPointerData tid;
 	AmrBox		key;
+};
+
+/*
+ * A row of a tie group (see knn_fill_ties): its hit, its first distance, and
+ * where its further distances are in tie_values / tie_nulls.
+ */
+struct AmrKnnTie
+{
+	uint64		payload;
+	double		distance;
+	int			row;			/* its place in the group as the search gave it */
 };
 
 static void *
@@ -289,6 +314,10 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 	so->ordered = false;
 	so->order_null_arg = false;
 	so->knn_box_done = false;
+	so->order_ties = false;
+	so->ntie = 0;
+	so->tie_pos = 0;
+	so->have_ahead = false;
 
 	if (scankey && scan->numberOfKeys > 0)
 		memmove(scan->keyData, scankey, scan->numberOfKeys * sizeof(ScanKeyData));
@@ -326,9 +355,13 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 	}
 
 	/*
-	 * Ordering: by the first ORDER BY; any further one is reported as a
-	 * lower bound (-Infinity) with recheck, so that the executor sorts
-	 * ties of the first by the exact values of the others.
+	 * Ordering: by the first ORDER BY.  Over exact keys (box, point) the
+	 * distances are exact, and rows at equal first distance are sorted by
+	 * the further ORDER BYs here (knn_fill_ties), so that every value
+	 * returned is exact -- as GiST does, and as index-only scans need: the
+	 * executor cannot reorder them.  Over lossy keys every distance is a
+	 * lower bound, the further ones -Infinity, and the executor rechecks
+	 * and reorders.
 	 */
 	if (scan->numberOfOrderBys > 0)
 	{
@@ -352,7 +385,9 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 			else
 				amr_query_box(scan->indexRelation, ok->sk_subtype, ok->sk_argument,
 							  &so->order_bbox_fn, so->scan_cxt, &so->order_box);
-			so->order_exact = so->key_exact && scan->numberOfOrderBys == 1;
+			so->order_exact = so->key_exact;
+			so->order_ties = so->order_exact && scan->numberOfOrderBys > 1;
+			so->tie_width = scan->numberOfOrderBys - 1;
 			so->order_fast = ORDER_FAST_NONE;
 			if (so->order_exact && ok->sk_subtype == POINTOID &&
 				!amr_box_has_nan(&so->order_box))
@@ -908,9 +943,12 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 	MemoryContextSwitchTo(old_cxt);
 }
 
-/* The next row of an ordered scan's box side; false when there is none. */
-static pg_noinline bool
-knn_next(IndexScanDesc scan)
+/*
+ * The next entry of an ordered scan's box side, in ascending first
+ * distance: its hit (payload) and distance; false when there is none.
+ */
+static bool
+knn_pop(IndexScanDesc scan, uint64 *payload, double *distance)
 {
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
 	AmrTree    *t = so->tree;
@@ -952,28 +990,187 @@ knn_next(IndexScanDesc scan)
 							  r.payload, false);
 			continue;
 		}
-		{
-			const AmrKnnHit *hit = &so->hits[r.payload];
-			int			i;
+		*payload = r.payload;
+		*distance = r.distance;
+		return true;
+	}
+}
 
-			scan->xs_heaptid = hit->tid;
-			scan->xs_recheck = so->recheck;
-			scan->xs_orderbyvals[0] = Float8GetDatum(r.distance);
-			scan->xs_orderbynulls[0] = false;
-			for (i = 1; i < scan->numberOfOrderBys; i++)
-			{
-				scan->xs_orderbyvals[i] = Float8GetDatum(-get_float8_infinity());
-				scan->xs_orderbynulls[i] = false;
-			}
-			scan->xs_recheckorderby = !so->order_exact;
-			if (scan->xs_want_itup)
-			{
-				MemoryContextReset(so->batch_cxt);
-				set_index_tuple(scan, &hit->key, false);
-			}
-			return true;
+/* Equal as float8 ORDER BY compares them: NaN equals NaN. */
+static inline bool
+same_distance(double a, double b)
+{
+	return a == b || (isnan(a) && isnan(b));
+}
+
+/*
+ * qsort_arg comparator of tie rows: the further distances as ORDER BY sorts
+ * float8 (NaN after numbers, NULL after both), then the search's order.
+ */
+static int
+tie_cmp(const void *a, const void *b, void *arg)
+{
+	AmrScanOpaque so = (AmrScanOpaque) arg;
+	const AmrKnnTie *ta = (const AmrKnnTie *) a;
+	const AmrKnnTie *tb = (const AmrKnnTie *) b;
+	int			nvals = so->tie_width;
+	int			i;
+
+	for (i = 0; i < nvals; i++)
+	{
+		bool		na = so->tie_nulls[ta->row * nvals + i];
+		bool		nb = so->tie_nulls[tb->row * nvals + i];
+		int			c;
+
+		if (na || nb)
+		{
+			if (na != nb)
+				return na ? 1 : -1;
+			continue;
+		}
+		c = float8_cmp_internal(so->tie_values[ta->row * nvals + i],
+								so->tie_values[tb->row * nvals + i]);
+		if (c != 0)
+			return c;
+	}
+	return ta->row < tb->row ? -1 : ta->row > tb->row;
+}
+
+/*
+ * More than one ORDER BY over exact keys: take every entry at the next
+ * first distance (the search gives them consecutively, and keeps the one
+ * after the group for next time), compute the further ORDER BYs' distances
+ * with their operators, and sort the group by them.  False when the box
+ * side has no entry left.
+ */
+static bool
+knn_fill_ties(IndexScanDesc scan)
+{
+	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
+	int			nvals = so->tie_width;
+	uint64		payload;
+	double		distance;
+	double		first;
+	MemoryContext old_cxt;
+	int			n = 0;
+	int			i;
+	int			j;
+
+	so->ntie = so->tie_pos = 0;
+	if (so->have_ahead)
+	{
+		payload = so->ahead_payload;
+		distance = so->ahead_distance;
+		so->have_ahead = false;
+	}
+	else if (!knn_pop(scan, &payload, &distance))
+		return false;
+	first = distance;
+	for (;;)
+	{
+		if (n == so->ties_capacity)
+		{
+			so->ties_capacity = Max(64, so->ties_capacity * 2);
+			so->ties = scan_realloc(so->ties, sizeof(AmrKnnTie) * so->ties_capacity,
+									so->scan_cxt);
+			so->tie_values = scan_realloc(so->tie_values,
+										  sizeof(double) * so->ties_capacity * nvals,
+										  so->scan_cxt);
+			so->tie_nulls = scan_realloc(so->tie_nulls,
+										 sizeof(bool) * so->ties_capacity * nvals,
+										 so->scan_cxt);
+		}
+		so->ties[n].payload = payload;
+		so->ties[n].distance = distance;
+		so->ties[n].row = n;
+		n++;
+		if (!knn_pop(scan, &payload, &distance))
+			break;
+		if (!same_distance(distance, first))
+		{
+			so->have_ahead = true;
+			so->ahead_payload = payload;
+			so->ahead_distance = distance;
+			break;
 		}
 	}
+
+	/* the operators may allocate: a context reset at the next leaf read */
+	old_cxt = MemoryContextSwitchTo(so->eval_cxt);
+	for (i = 0; i < n; i++)
+	{
+		const AmrKnnHit *hit = &so->hits[so->ties[i].payload];
+
+		for (j = 0; j < nvals; j++)
+		{
+			ScanKey		ok = &scan->orderByData[j + 1];
+			int			k = i * nvals + j;
+
+			so->tie_nulls[k] = (ok->sk_flags & SK_ISNULL) != 0;
+			so->tie_values[k] = so->tie_nulls[k] ? 0 :
+				DatumGetFloat8(FunctionCall2Coll(&ok->sk_func, ok->sk_collation,
+												 amr_key_value(scan->indexRelation,
+															   &hit->key),
+												 ok->sk_argument));
+		}
+	}
+	MemoryContextSwitchTo(old_cxt);
+	if (n > 1)
+		qsort_arg(so->ties, n, sizeof(AmrKnnTie), tie_cmp, so);
+	so->ntie = n;
+	return true;
+}
+
+/* The next row of an ordered scan's box side; false when there is none. */
+static pg_noinline bool
+knn_next(IndexScanDesc scan)
+{
+	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
+	const AmrKnnHit *hit;
+	uint64		payload;
+	double		distance;
+	int			i;
+
+	if (!so->order_ties)
+	{
+		if (!knn_pop(scan, &payload, &distance))
+			return false;
+		for (i = 1; i < scan->numberOfOrderBys; i++)
+		{
+			scan->xs_orderbyvals[i] = Float8GetDatum(-get_float8_infinity());
+			scan->xs_orderbynulls[i] = false;
+		}
+	}
+	else
+	{
+		const AmrKnnTie *tie;
+		int			nvals = so->tie_width;
+
+		if (so->tie_pos >= so->ntie && !knn_fill_ties(scan))
+			return false;
+		tie = &so->ties[so->tie_pos++];
+		payload = tie->payload;
+		distance = tie->distance;
+		for (i = 1; i < scan->numberOfOrderBys; i++)
+		{
+			int			k = tie->row * nvals + (i - 1);
+
+			scan->xs_orderbyvals[i] = Float8GetDatum(so->tie_values[k]);
+			scan->xs_orderbynulls[i] = so->tie_nulls[k];
+		}
+	}
+	hit = &so->hits[payload];
+	scan->xs_heaptid = hit->tid;
+	scan->xs_recheck = so->recheck;
+	scan->xs_orderbyvals[0] = Float8GetDatum(distance);
+	scan->xs_orderbynulls[0] = false;
+	scan->xs_recheckorderby = !so->order_exact;
+	if (scan->xs_want_itup)
+	{
+		MemoryContextReset(so->batch_cxt);
+		set_index_tuple(scan, &hit->key, false);
+	}
+	return true;
 }
 
 bool
