@@ -240,8 +240,42 @@ SELECT count(*) FILTER (WHERE bad), coalesce(sum(cardinality(s)), 0), count(*),
 FROM q}, $o{db});
 	return ($res, '', $res, $res) if $res =~ /^ERROR/;
 	my ($mismatch, $rows, $n, $seq, $idx, $detail) = split /\|/, $res, 6;
-	diag("$table: $detail") if $mismatch;
+	if ($mismatch)
+	{
+		diag("$table: $detail");
+		diag(amrwal_entry_faults($node, $table, $o{db}));
+	}
 	return ($mismatch, "$n (strategy, window) pairs, $rows rows", $seq, $idx);
+}
+
+# For a parity failure: the live entries of the table's amrtree indexes that
+# do not describe the row their TID holds now (a visible row with another
+# box: a stale entry whose TID was reused), and TIDs that more than one live
+# entry names; with each entry's leaf, position and WAL position, and the
+# server's WAL positions, so that a failure that does not repeat can still
+# be traced to the change that left the entry behind.  (An entry of a dead
+# row that VACUUM has not reached yet is normal and not listed.)
+sub amrwal_entry_faults
+{
+	my ($node, $table, $db) = @_;
+	return amrwal_query($node, qq{
+WITH i AS (SELECT c.oid AS idx FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+           JOIN pg_am a ON a.oid = c.relam
+           WHERE x.indrelid = '$table'::regclass AND a.amname = 'amrtree'),
+e AS (SELECT i.idx::regclass AS idx, l.* FROM i, amrtree_leaf_entries(i.idx) l WHERE NOT l.dead),
+stale AS (SELECT 'stale' AS what, e.idx, e.leaf_id, e.entry, e.tid, e.key, e.insert_lsn, h.b AS heap_box
+          FROM e JOIN $table h ON h.ctid = e.tid
+          WHERE e.key IS NOT NULL AND NOT (h.b ~= e.key)),
+dup AS (SELECT 'duplicate TID' AS what, e.idx, e.leaf_id, e.entry, e.tid, e.key, e.insert_lsn, NULL::box
+        FROM e WHERE (e.idx, e.tid) IN (SELECT idx, tid FROM e GROUP BY 1, 2 HAVING count(*) > 1))
+SELECT coalesce(string_agg(format('%s: %s leaf %s entry %s tid %s key %s insert_lsn %s heap %s',
+                                  what, idx, leaf_id, entry, tid, key, insert_lsn, heap_box), E'\n'
+                           ORDER BY what, tid, leaf_id),
+                'no stale entry and no duplicate TID')
+       || format(E'\nWAL insert %s, replayed %s, last checkpoint redo %s',
+                 CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_insert_lsn() END,
+                 pg_last_wal_replay_lsn(), (SELECT redo_lsn FROM pg_control_checkpoint()))
+FROM (SELECT * FROM stale UNION ALL SELECT * FROM dup) f}, $db);
 }
 
 # A digest of what the queries return: mode 'index' (through the amrtree
