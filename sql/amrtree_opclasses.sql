@@ -287,7 +287,23 @@ ORDER BY tbl, orderby;
 SET enable_seqscan = off;
 EXPLAIN (COSTS OFF) SELECT v FROM oc_pt ORDER BY v <-> point '(2,2)', v <-> point '(10,-5)' LIMIT 3;
 SELECT v, v <-> point '(10,-5)' AS second FROM oc_pt ORDER BY v <-> point '(2,2)', v <-> point '(10,-5)' LIMIT 3;
+-- An ORDER BY whose argument is NULL at run time (a parameter of a generic
+-- plan) is NULL for every row: the rows follow the next ORDER BY, as a
+-- sort puts them.
+SET enable_sort = off;
+SET plan_cache_mode = force_generic_plan;
+PREPARE oc_knn_param(point, point, int) AS
+SELECT n, d FROM (SELECT row_number() OVER () AS n, v <-> $2 AS d
+                  FROM (SELECT v FROM oc_pt ORDER BY v <-> $1, v <-> $2 LIMIT $3) s) s;
+EXPLAIN (COSTS OFF) EXECUTE oc_knn_param(NULL, '(2,2)', 5);
+EXECUTE oc_knn_param(NULL, '(2,2)', 5);
+CREATE TEMP TABLE oc_param AS EXECUTE oc_knn_param(NULL, '(2,2)', 100000);
 RESET enable_seqscan;
+RESET enable_sort;
+SELECT (SELECT array_agg(d ORDER BY n) FROM oc_param) =
+       (SELECT array_agg(v <-> point '(2,2)' ORDER BY v <-> point '(2,2)') FROM oc_pt) AS null_first_argument;
+DEALLOCATE oc_knn_param;
+RESET plan_cache_mode;
 
 -- after inserts that split leaves, and VACUUM
 INSERT INTO oc_pt (v) SELECT point(random() * 4, random() * 4) FROM generate_series(1, 3000);

@@ -95,7 +95,11 @@ typedef struct AmrScanOpaqueData
 	/* ordered scans */
 	bool		ordered;		/* ORDER BY key <-> point */
 	bool		order_exact;	/* distances exact (box_ops), else bounds */
-	bool		order_null_arg; /* ORDER BY key <-> NULL: every distance NULL */
+	bool		order_null_arg; /* every ORDER BY argument NULL: so is every
+								 * distance */
+	int			order_key;		/* the ORDER BY the search follows: the first
+								 * with an argument (those before it are NULL
+								 * for every row) */
 	bool		knn_box_done;	/* the box side is exhausted: NULLs next */
 	int			order_fast;		/* ORDER_FAST_*: the distance without fmgr */
 	AmrBox		order_box;		/* the query point, or its value's box */
@@ -313,6 +317,7 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 	so->key_exact = amr_opclass_keys_exact(scan->indexRelation);
 	so->ordered = false;
 	so->order_null_arg = false;
+	so->order_key = 0;
 	so->knn_box_done = false;
 	so->order_ties = false;
 	so->ntie = 0;
@@ -365,12 +370,27 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 	 */
 	if (scan->numberOfOrderBys > 0)
 	{
-		ScanKey		ok = &scan->orderByData[0];
+		ScanKey		ok = NULL;
 
-		if (!amr_is_ordering_strategy(ok->sk_strategy))
-			elog(ERROR, "unrecognized ordering strategy number %d for amrtree",
-				 ok->sk_strategy);
-		if (ok->sk_flags & SK_ISNULL)
+		/*
+		 * An ORDER BY whose argument is NULL (a parameter, a LATERAL
+		 * reference) is NULL for every row: the rows are ordered by the
+		 * first one that has an argument, as GiST orders them.
+		 */
+		for (i = 0; i < scan->numberOfOrderBys; i++)
+		{
+			ScanKey		k = &scan->orderByData[i];
+
+			if (!amr_is_ordering_strategy(k->sk_strategy))
+				elog(ERROR, "unrecognized ordering strategy number %d for amrtree",
+					 k->sk_strategy);
+			if (ok == NULL && !(k->sk_flags & SK_ISNULL))
+			{
+				ok = k;
+				so->order_key = i;
+			}
+		}
+		if (ok == NULL)
 			so->order_null_arg = true;
 		else
 		{
@@ -386,8 +406,8 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 				amr_query_box(scan->indexRelation, ok->sk_subtype, ok->sk_argument,
 							  &so->order_bbox_fn, so->scan_cxt, &so->order_box);
 			so->order_exact = so->key_exact;
-			so->order_ties = so->order_exact && scan->numberOfOrderBys > 1;
-			so->tie_width = scan->numberOfOrderBys - 1;
+			so->tie_width = scan->numberOfOrderBys - 1 - so->order_key;
+			so->order_ties = so->order_exact && so->tie_width > 0;
 			so->order_fast = ORDER_FAST_NONE;
 			if (so->order_exact && ok->sk_subtype == POINTOID &&
 				!amr_box_has_nan(&so->order_box))
@@ -851,7 +871,7 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 {
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
 	AmrTree    *t = so->tree;
-	ScanKey		ok = &scan->orderByData[0];
+	ScanKey		ok = &scan->orderByData[so->order_key];
 	const AmrLeaf *img;
 	uint32		follow;
 	MemoryContext old_cxt;
@@ -1103,7 +1123,7 @@ knn_fill_ties(IndexScanDesc scan)
 
 		for (j = 0; j < nvals; j++)
 		{
-			ScanKey		ok = &scan->orderByData[j + 1];
+			ScanKey		ok = &scan->orderByData[so->order_key + 1 + j];
 			int			k = i * nvals + j;
 
 			so->tie_nulls[k] = (ok->sk_flags & SK_ISNULL) != 0;
@@ -1135,7 +1155,7 @@ knn_next(IndexScanDesc scan)
 	{
 		if (!knn_pop(scan, &payload, &distance))
 			return false;
-		for (i = 1; i < scan->numberOfOrderBys; i++)
+		for (i = so->order_key + 1; i < scan->numberOfOrderBys; i++)
 		{
 			scan->xs_orderbyvals[i] = Float8GetDatum(-get_float8_infinity());
 			scan->xs_orderbynulls[i] = false;
@@ -1151,19 +1171,24 @@ knn_next(IndexScanDesc scan)
 		tie = &so->ties[so->tie_pos++];
 		payload = tie->payload;
 		distance = tie->distance;
-		for (i = 1; i < scan->numberOfOrderBys; i++)
+		for (i = 0; i < nvals; i++)
 		{
-			int			k = tie->row * nvals + (i - 1);
+			int			k = tie->row * nvals + i;
 
-			scan->xs_orderbyvals[i] = Float8GetDatum(so->tie_values[k]);
-			scan->xs_orderbynulls[i] = so->tie_nulls[k];
+			scan->xs_orderbyvals[so->order_key + 1 + i] = Float8GetDatum(so->tie_values[k]);
+			scan->xs_orderbynulls[so->order_key + 1 + i] = so->tie_nulls[k];
 		}
 	}
 	hit = &so->hits[payload];
 	scan->xs_heaptid = hit->tid;
 	scan->xs_recheck = so->recheck;
-	scan->xs_orderbyvals[0] = Float8GetDatum(distance);
-	scan->xs_orderbynulls[0] = false;
+	for (i = 0; i < so->order_key; i++)
+	{
+		scan->xs_orderbyvals[i] = (Datum) 0;
+		scan->xs_orderbynulls[i] = true;
+	}
+	scan->xs_orderbyvals[so->order_key] = Float8GetDatum(distance);
+	scan->xs_orderbynulls[so->order_key] = false;
 	scan->xs_recheckorderby = !so->order_exact;
 	if (scan->xs_want_itup)
 	{
