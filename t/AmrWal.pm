@@ -254,7 +254,10 @@ FROM q}, $o{db});
 # entry names; with each entry's leaf, position and WAL position, and the
 # server's WAL positions, so that a failure that does not repeat can still
 # be traced to the change that left the entry behind.  (An entry of a dead
-# row that VACUUM has not reached yet is normal and not listed.)
+# row that VACUUM has not reached yet is normal and not listed.  The leaves
+# are read one by one: with inserts running, a split between two reads
+# lists the entries it moves twice, so duplicates mean something only with
+# writes stopped, as amrwal_parity runs.)
 sub amrwal_entry_faults
 {
 	my ($node, $table, $db) = @_;
