@@ -281,6 +281,8 @@ FROM (VALUES ('oc_pt', 'v <-> ''(2,2)''::point, v <-> ''(10,-5)''::point', 10000
              ('oc_pt', 'v <-> ''(0,0)''::point, v <-> ''(1,1)''::point, v <-> ''(-3,4)''::point', 300),
              ('oc_pt', 'v <-> ''(2,2)''::point, v <-> NULL::point', 100000),
              ('oc_pt', 'v <-> ''(2,2)''::point, v <-> ''(NaN,1)''::point', 100000),
+             ('oc_pt', 'v <-> ''(NaN,1)''::point, v <-> ''(2,2)''::point', 100000),
+             ('oc_box', 'v <-> ''(NaN,NaN)''::point, v <-> ''(1,1)''::point', 100000),
              ('oc_box', 'v <-> ''(1,1)''::point, v <-> ''(30,-7)''::point', 100000),
              ('oc_box', 'v <-> ''(-20,-20)''::point, v <-> ''(0,0)''::point', 50)) q(tbl, orderby, k)
 ORDER BY tbl, orderby;
