@@ -1115,12 +1115,18 @@ knn_fill_ties(IndexScanDesc scan)
 		}
 	}
 
-	/* the operators may allocate: a context reset at the next leaf read */
+	/*
+	 * The operators may allocate: in eval_cxt, which nothing needs between
+	 * leaf reads, reset per row (a NaN first argument ties every row).
+	 */
 	old_cxt = MemoryContextSwitchTo(so->eval_cxt);
 	for (i = 0; i < n; i++)
 	{
 		const AmrKnnHit *hit = &so->hits[so->ties[i].payload];
 
+		if ((i & 1023) == 1023)
+			CHECK_FOR_INTERRUPTS();
+		MemoryContextReset(so->eval_cxt);
 		for (j = 0; j < nvals; j++)
 		{
 			ScanKey		ok = &scan->orderByData[so->order_key + 1 + j];
