@@ -95,8 +95,6 @@ typedef struct AmrScanOpaqueData
 	/* ordered scans */
 	bool		ordered;		/* ORDER BY key <-> point */
 	bool		order_exact;	/* distances exact (box_ops), else bounds */
-	bool		order_null_arg; /* every ORDER BY argument NULL: so is every
-								 * distance */
 	int			order_key;		/* the ORDER BY the search follows: the first
 								 * with an argument (those before it are NULL
 								 * for every row) */
@@ -114,7 +112,7 @@ typedef struct AmrScanOpaqueData
 
 	/* more than one ORDER BY over exact keys: ties of the first, sorted */
 	bool		order_ties;
-	int			tie_width;		/* the further ORDER BYs: numberOfOrderBys - 1 */
+	int			tie_width;		/* the ORDER BYs after order_key */
 	AmrKnnTie  *ties;			/* the group of rows at one first distance */
 	double	   *tie_values;		/* per row, the further ORDER BYs' distances */
 	bool	   *tie_nulls;
@@ -316,7 +314,6 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 	so->recheck = false;
 	so->key_exact = amr_opclass_keys_exact(scan->indexRelation);
 	so->ordered = false;
-	so->order_null_arg = false;
 	so->order_key = 0;
 	so->knn_box_done = false;
 	so->order_ties = false;
@@ -390,9 +387,8 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 				so->order_key = i;
 			}
 		}
-		if (ok == NULL)
-			so->order_null_arg = true;
-		else
+		/* every argument NULL: every distance is NULL, the scan unordered */
+		if (ok != NULL)
 		{
 			so->ordered = true;
 			if (ok->sk_subtype == POINTOID)
