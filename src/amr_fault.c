@@ -16,6 +16,10 @@
  * The points sit on each side of every persist and every Leaf Table switch
  * of the operations below; AMR_FAULT_POINT() marks them in the code.
  *
+ * A few points pause instead of crashing (see fault_pauses below), so that
+ * a test can make another session act inside a window that is otherwise
+ * microseconds wide.
+ *
  *-------------------------------------------------------------------------
  */
 #include "amrtree.h"
@@ -24,9 +28,13 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "miscadmin.h"
+#include "storage/latch.h"
 #include "utils/guc.h"
+#include "utils/wait_event.h"
 
 #define FAULT_FIRED_FILE "amrtree_fault_fired"
+#define FAULT_PAUSED_FILE "amrtree_fault_paused"
 
 /* every point in the code; the setting must name one of them */
 static const char *const fault_points[] = {
@@ -95,6 +103,18 @@ static const char *const fault_conditions[] = {
 	NULL
 };
 
+/*
+ * Pauses do not crash either: the process that reaches one (the N-th time,
+ * as for a crash point) creates the file amrtree_fault_paused in the data
+ * directory and waits, holding no amrtree lock, until the file is removed
+ * (or it is cancelled).  A test waits for the file, acts from another
+ * session, and removes it.
+ */
+static const char *const fault_pauses[] = {
+	"vacuum:before_removal",	/* VACUUM read a leaf with entries to remove */
+	NULL
+};
+
 #define MAX_ARMED 4
 
 /* what the setting arms, parsed by the check hook */
@@ -106,12 +126,45 @@ typedef struct FaultArm
 		char		point[64];
 		int			nth;
 		bool		condition;
+		bool		pause;
 	}			p[MAX_ARMED];
 } FaultArm;
 
 static FaultArm armed;
 static int	fault_hits[MAX_ARMED];
 static bool fault_disarmed = false;
+
+/*
+ * Wait at a pause point until the test removes FAULT_PAUSED_FILE.  Called
+ * with no LWLock held, outside critical sections: it sleeps and may be
+ * cancelled.
+ */
+static void
+fault_pause(const char *point)
+{
+	int			fd;
+
+	fd = open(FAULT_PAUSED_FILE, O_CREAT | O_TRUNC | O_WRONLY, S_IRUSR | S_IWUSR);
+	if (fd < 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create file \"%s\": %m", FAULT_PAUSED_FILE)));
+	if (write(fd, point, strlen(point)) < 0)
+	{
+		/* the file's existence is what matters */
+	}
+	close(fd);
+	ereport(LOG,
+			(errmsg("amrtree: fault injection: paused at \"%s\" until %s is removed",
+					point, FAULT_PAUSED_FILE)));
+	while (access(FAULT_PAUSED_FILE, F_OK) == 0)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 10L, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
 
 static bool
 fault_fire(const char *point)
@@ -127,6 +180,12 @@ fault_fire(const char *point)
 		return false;
 	if (armed.p[i].condition)
 		return true;
+	if (armed.p[i].pause)
+	{
+		if (++fault_hits[i] == armed.p[i].nth)
+			fault_pause(point);
+		return false;
+	}
 	if (fault_disarmed || ++fault_hits[i] < armed.p[i].nth)
 		return false;
 
@@ -202,7 +261,8 @@ parse_item(const char *item, size_t len, FaultArm *arm)
 	}
 	strlcpy(arm->p[k].point, buf, sizeof(arm->p[k].point));
 	arm->p[k].condition = known(fault_conditions, buf);
-	if (!arm->p[k].condition && !known(fault_points, buf))
+	arm->p[k].pause = known(fault_pauses, buf);
+	if (!arm->p[k].condition && !arm->p[k].pause && !known(fault_points, buf))
 	{
 		GUC_check_errdetail("\"%s\" is not an amrtree fault injection point.", buf);
 		GUC_check_errhint("The points are listed in docs/user-guide.md, \"Testing crash safety\".");
@@ -267,7 +327,7 @@ void
 amr_fault_define_guc(void)
 {
 	DefineCustomStringVariable("amrtree.fault_injection",
-							   "Crashes the process at a named point (for crash-safety tests only).",
+							   "Crashes (or pauses) the process at a named point (for tests only).",
 							   "\"operation:point\" or \"operation:point:N\" (or a comma-separated list); "
 							   "empty disables. "
 							   "Fires once, then is disarmed until the file amrtree_fault_fired "

@@ -4,7 +4,9 @@
  *		ambulkdelete and amvacuumcleanup.
  *
  * VACUUM visits every leaf (following split right links, as scans do, so a
- * split racing with VACUUM cannot hide dead entries from it) and rewrites
+ * split racing with VACUUM cannot hide dead entries from it: a leaf is
+ * changed only if its word is still the one read with its split links, see
+ * vacuum_pmem_leaf) and rewrites
  * each leaf that holds dead entries out of place: the surviving entries go
  * to a fresh slot, which is persisted, and switching the Leaf Table word is
  * the commit point; the old slot is returned only after the switch, under
@@ -50,16 +52,26 @@ collect_all_leaves(AmrTree *t, AmrLeafList *list, uint64 *start_nsn)
 /*
  * Rewrite a PMEM leaf without the entries VACUUM removes, under the leaf
  * lock (PMEM writes are memory copies).  Without a free PMEM slot, mark the
- * entries dead in place instead.  Returns the number removed.
+ * entries dead in place instead.  Returns the number removed, or
+ * UINT64_MAX in *kept_out if the leaf's word is no longer "word" (the
+ * caller looks again).
+ *
+ * The word must be the one read together with the leaf's split links: a
+ * split in between switches the word and moves entries -- dead ones among
+ * them -- to a right half that the caller learns about only by reading the
+ * links again.  (Checking the tier alone, as this did until 2026-11-25,
+ * let such a split hide dead entries: their TIDs were then reused by new
+ * rows while the stale entries stayed, and scans returned rows outside
+ * their windows.)  Appends and dead marks in place keep the word and move
+ * nothing, so the current image is what counts.
  */
 static uint64
-vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
-				 IndexBulkDeleteCallback callback, void *callback_state,
-				 uint64 *kept_out)
+vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
+				 AmrLeaf *img, IndexBulkDeleteCallback callback,
+				 void *callback_state, uint64 *kept_out)
 {
 	AmrStore   *s = &amr_store;
 	AmrLeaf    *leaf;
-	uint64		word;
 	uint64		i;
 	uint64		kept = 0;
 	uint64		removed = 0;
@@ -74,9 +86,9 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *img,
 	/* shared: amrtree_check, which holds it exclusively, sees no half change */
 	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
 	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
-	if (AMR_WORD_TIER(amr_lt_word(s, leaf_id)) != AMR_TIER_PMEM)
+	if (amr_lt_word(s, leaf_id) != word)
 	{
-		/* migrated since we looked: the caller looks again */
+		/* split, rewritten or migrated since we looked: look again */
 		LWLockRelease(amr_leaf_lock(leaf_id));
 		LWLockRelease(amr_tree_lock(t));
 		if (have_slot)
@@ -280,8 +292,9 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 			}
 			if (removed > 0)
 			{
+				AMR_FAULT_POINT("vacuum:before_removal");
 				if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
-					removed = vacuum_pmem_leaf(index, t, leaf_id, img, callback,
+					removed = vacuum_pmem_leaf(index, t, leaf_id, word, img, callback,
 											   callback_state, &kept);
 				else
 					removed = vacuum_ssd_leaf(index, t, leaf_id, word, snap, img,

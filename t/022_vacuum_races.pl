@@ -1,0 +1,116 @@
+# VACUUM against a split of the leaf it is about to clean.
+#
+# VACUUM reads a leaf (and its split links), finds entries to remove, then
+# locks the leaf to remove them.  A split in between moves some of those
+# entries to a new right half that VACUUM's list of leaves does not hold.
+# VACUUM must notice (the leaf's word changed) and read the leaf again,
+# following its new right link; if it cleans only what is left in the leaf,
+# the moved entries outlive their heap tuples, the heap reuses their TIDs
+# for new rows, and index scans return those rows for windows they are not
+# in (t/015 once saw exactly this after a primary crash).
+#
+# The window is microseconds wide, so the test opens it with the pause
+# point vacuum:before_removal (amr_fault.c): VACUUM stops after reading the
+# leaf, another session inserts until the leaf splits, and VACUUM goes on.
+# Then no live entry may name a TID without a visible row, and after new
+# rows have taken the freed TIDs every access path returns what a
+# sequential scan returns.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
+use AmrTree;
+
+my $node = amr_node('vacrace', conf => "autovacuum = off\n");
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION amrtree');
+amr_setup_parity($node);
+
+my $paused = $node->data_dir . '/amrtree_fault_paused';
+
+# Entries whose TID holds no visible row (after VACUUM, with nothing else
+# running, there must be none: a deleted row's entry goes before its TID
+# is freed).
+sub orphans
+{
+	my ($table, $index) = @_;
+	return $node->safe_psql('postgres', qq{
+SELECT count(*) FROM amrtree_leaf_entries('$index') e
+WHERE NOT e.dead AND NOT EXISTS (SELECT 1 FROM $table h WHERE h.ctid = e.tid)});
+}
+
+# One round: a table of one leaf, every other row deleted, VACUUM paused at
+# the leaf (with $faults armed too) while 30 rows go into it.
+sub round
+{
+	my ($table, $placement, $faults) = @_;
+	$node->safe_psql('postgres', qq{
+CREATE TABLE $table (id int, b box);
+INSERT INTO $table SELECT i, box(point(i, 0), point(i + 0.5, 0.5)) FROM generate_series(1, 70) i;
+CREATE INDEX ${table}_b ON $table USING amrtree (b) WITH (pmem_budget = '$placement');
+SELECT amrtree_settle('${table}_b', 0);
+DELETE FROM $table WHERE id % 2 = 0;});
+	is($node->safe_psql('postgres', "SELECT leaves FROM amrtree_index_stats('${table}_b')"),
+		'1', "$table: the index starts as one leaf");
+	my $tier = $node->safe_psql('postgres',
+		"SELECT tier FROM amrtree_tier_stats('${table}_b') WHERE leaves > 0 AND tier <> 'dram'");
+	note "$table: the leaf is on $tier";
+
+	my $vac = $node->background_psql('postgres');
+	$vac->query_until(qr/started/, qq{
+SET amrtree.fault_injection = '${faults}vacuum:before_removal';
+\\echo started
+VACUUM (INDEX_CLEANUP ON) $table;
+\\echo vacuumed
+});
+	my $waited = 0;
+	usleep(50_000), $waited++ until -e $paused || $waited > 3000;
+	ok(-e $paused, "$table: VACUUM paused after reading the leaf");
+
+	# rows in the same region: the leaf fills up and splits
+	$node->safe_psql('postgres', qq{
+INSERT INTO $table SELECT 100 + i, box(point(i * 0.1, 0.1), point(i * 0.1 + 0.2, 0.3))
+FROM generate_series(1, 30) i;});
+	my $leaves = $node->safe_psql('postgres', "SELECT leaves FROM amrtree_index_stats('${table}_b')");
+	cmp_ok($leaves, '>', 1, "$table: the leaf split while VACUUM waited ($leaves leaves)");
+
+	unlink $paused;
+	$vac->query_until(qr/vacuumed/, '');
+	$vac->quit;
+
+	is(orphans($table, "${table}_b"), '0', "$table: no entry outlives its row");
+	my $dead = $node->safe_psql('postgres', "SELECT count(*) FILTER (WHERE dead) FROM amrtree_leaf_entries('${table}_b')");
+	if ($faults =~ /pmem_full/)
+	{
+		cmp_ok($dead, '>', 0, "$table: VACUUM marked $dead entries dead in place");
+	}
+	else
+	{
+		is($dead, '0', "$table: VACUUM rewrote the leaves without the removed entries");
+	}
+
+	# new rows far away take the freed TIDs; a stale entry would now return
+	# one of them for a window around the deleted rows
+	$node->safe_psql('postgres', qq{
+INSERT INTO $table SELECT 1000 + i, box(point(5000 + i, 5000), point(5000 + i + 1, 5001))
+FROM generate_series(1, 200) i;
+CREATE TABLE IF NOT EXISTS amr_windows (qid int, qb box);
+TRUNCATE amr_windows;
+INSERT INTO amr_windows VALUES (1, '((0,0),(80,1))'), (2, '((10,0),(20,1))'),
+  (3, '((4990,4990),(5300,5010))'), (4, '((36,0),(37,0.5))');});
+	my ($mismatch, $rows) = amr_parity_mismatches($node, $table);
+	is($mismatch, '0', "$table: every strategy on 4 windows agrees with a sequential scan ($rows rows)");
+	return $tier;
+}
+
+is(round('vr_pmem', 'unlimited', ''), 'pmem', 'a PMEM leaf, rewritten without the removed entries');
+# no free PMEM slot: VACUUM marks the entries dead in place
+is(round('vr_full', 'unlimited', 'vacuum:pmem_full,'), 'pmem', 'a PMEM leaf, entries marked dead in place');
+# an SSD leaf, whose image is immutable
+is(round('vr_ssd', '1B', ''), 'ssd', 'an SSD leaf');
+
+$node->stop;
+done_testing();
