@@ -106,12 +106,13 @@ static const char *const fault_conditions[] = {
 /*
  * Pauses do not crash either: the process that reaches one (the N-th time,
  * as for a crash point) creates the file amrtree_fault_paused in the data
- * directory and waits, holding no amrtree lock, until the file is removed
- * (or it is cancelled).  A test waits for the file, acts from another
- * session, and removes it.
+ * directory and waits until the file is removed -- cancellably where it
+ * holds no lock, asleep inside a critical section (move:after_logged).  A
+ * test waits for the file, acts from another session, and removes it.
  */
 static const char *const fault_pauses[] = {
 	"vacuum:before_removal",	/* VACUUM read a leaf with entries to remove */
+	"move:after_logged",		/* a move logged whole, its switch not made */
 	NULL
 };
 
@@ -135,30 +136,40 @@ static int	fault_hits[MAX_ARMED];
 static bool fault_disarmed = false;
 
 /*
- * Wait at a pause point until the test removes FAULT_PAUSED_FILE.  Called
- * with no LWLock held, outside critical sections: it sleeps and may be
- * cancelled.
+ * Wait at a pause point until the test removes FAULT_PAUSED_FILE.  Outside
+ * a critical section it waits on its latch and may be cancelled; inside one
+ * (a change between its WAL record and its commit, locks held) it can only
+ * sleep, and cannot fail: a file it cannot create is not waited for.
  */
 static void
 fault_pause(const char *point)
 {
+	bool		critical = CritSectionCount > 0;
 	int			fd;
 
 	fd = open(FAULT_PAUSED_FILE, O_CREAT | O_TRUNC | O_WRONLY, S_IRUSR | S_IWUSR);
 	if (fd < 0)
+	{
+		if (critical)
+			return;
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not create file \"%s\": %m", FAULT_PAUSED_FILE)));
+	}
 	if (write(fd, point, strlen(point)) < 0)
 	{
 		/* the file's existence is what matters */
 	}
 	close(fd);
-	ereport(LOG,
-			(errmsg("amrtree: fault injection: paused at \"%s\" until %s is removed",
-					point, FAULT_PAUSED_FILE)));
+	write_stderr("amrtree: fault injection: paused at \"%s\" until %s is removed (pid %d)\n",
+				 point, FAULT_PAUSED_FILE, (int) getpid());
 	while (access(FAULT_PAUSED_FILE, F_OK) == 0)
 	{
+		if (critical)
+		{
+			pg_usleep(10000L);
+			continue;
+		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 10L, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

@@ -446,6 +446,8 @@ amr_leaf_switch(Relation index, AmrTree *t, uint32 leaf_id, uint32 tier, uint32 
 		lsn = amr_wal_images(t, how == AMR_LOG_REWRITE ? AMR_IMAGE_REWRITE : AMR_IMAGE_MOVE,
 							 1, &leaf_id, &img, NULL);
 		AMR_FAULT_POINT("switch:after_logged");
+		if (how == AMR_LOG_MOVE)
+			AMR_FAULT_POINT("move:after_logged");	/* a pause, for t/023 */
 	}
 	if (amr_fault_hook != NULL)
 	{

@@ -660,7 +660,23 @@ amr_tier_worker_main(Datum arg)
 			pgstat_report_activity(STATE_RUNNING, "placing amrtree leaves");
 			amr_require_ready();
 			amr_heal_launch_pending();
+
+			/*
+			 * A cycle runs in a transaction of its own (no xid, no snapshot)
+			 * for its vxid: the checkpointer waits for processes that hold
+			 * DELAY_CHKPT_START only if they have one, and a move logged
+			 * whole (amr_leaf_switch) holds it between its record and its
+			 * switch, so that no checkpoint completes in between.  Without
+			 * it, on a PMEM or msync pool, a checkpoint could complete there
+			 * and a base backup taken from it miss the switch that the
+			 * record before its redo pointer stood for (write-back pools
+			 * fence on their own counters, amr_writeback.c).
+			 */
+			StartTransactionCommand();
+			MemoryContextSwitchTo(cxt);
 			cycle_all();
+			CommitTransactionCommand();
+			MemoryContextSwitchTo(cxt);
 			pgstat_report_activity(STATE_IDLE, NULL);
 		}
 		PG_CATCH();
@@ -670,6 +686,7 @@ amr_tier_worker_main(Datum arg)
 			FlushErrorState();
 			/* the rebuild launcher reads pg_database in a transaction */
 			AbortOutOfAnyTransaction();
+			MemoryContextSwitchTo(cxt);
 			LWLockReleaseAll();
 			amr_tier_unlock();
 			pgstat_report_wait_end();
