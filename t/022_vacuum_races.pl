@@ -11,7 +11,8 @@
 #
 # The window is microseconds wide, so the test opens it with the pause
 # point vacuum:before_removal (amr_fault.c): VACUUM stops after reading the
-# leaf, another session inserts until the leaf splits, and VACUUM goes on.
+# leaf, another session inserts until the leaf splits (or moves it to the
+# SSD tier), and VACUUM goes on.
 # Then no live entry may name a TID without a visible row, and after new
 # rows have taken the freed TIDs every access path returns what a
 # sequential scan returns.
@@ -43,10 +44,12 @@ WHERE NOT e.dead AND NOT EXISTS (SELECT 1 FROM $table h WHERE h.ctid = e.tid)});
 }
 
 # One round: a table of one leaf, every other row deleted, VACUUM paused at
-# the leaf (with $faults armed too) while 30 rows go into it.
+# the leaf (with $faults armed too) while 30 rows go into it and split it
+# ($meanwhile 'split'), or while amrtree_settle moves it to SSD ('move').
 sub round
 {
-	my ($table, $placement, $faults) = @_;
+	my ($table, $placement, $faults, $meanwhile) = @_;
+	$meanwhile //= 'split';
 	$node->safe_psql('postgres', qq{
 CREATE TABLE $table (id int, b box);
 INSERT INTO $table SELECT i, box(point(i, 0), point(i + 0.5, 0.5)) FROM generate_series(1, 70) i;
@@ -70,12 +73,24 @@ VACUUM (INDEX_CLEANUP ON) $table;
 	usleep(50_000), $waited++ until -e $paused || $waited > 3000;
 	ok(-e $paused, "$table: VACUUM paused after reading the leaf");
 
-	# rows in the same region: the leaf fills up and splits
-	$node->safe_psql('postgres', qq{
+	if ($meanwhile eq 'split')
+	{
+		# rows in the same region: the leaf fills up and splits
+		$node->safe_psql('postgres', qq{
 INSERT INTO $table SELECT 100 + i, box(point(i * 0.1, 0.1), point(i * 0.1 + 0.2, 0.3))
 FROM generate_series(1, 30) i;});
-	my $leaves = $node->safe_psql('postgres', "SELECT leaves FROM amrtree_index_stats('${table}_b')");
-	cmp_ok($leaves, '>', 1, "$table: the leaf split while VACUUM waited ($leaves leaves)");
+		my $leaves = $node->safe_psql('postgres', "SELECT leaves FROM amrtree_index_stats('${table}_b')");
+		cmp_ok($leaves, '>', 1, "$table: the leaf split while VACUUM waited ($leaves leaves)");
+	}
+	else
+	{
+		$node->safe_psql('postgres', qq{
+ALTER INDEX ${table}_b SET (pmem_budget = '1B');
+SELECT amrtree_settle('${table}_b', 0);});
+		is($node->safe_psql('postgres',
+				"SELECT tier FROM amrtree_tier_stats('${table}_b') WHERE leaves > 0 AND tier <> 'dram'"),
+			'ssd', "$table: the leaf moved to SSD while VACUUM waited");
+	}
 
 	unlink $paused;
 	$vac->query_until(qr/vacuumed/, '');
@@ -111,6 +126,8 @@ is(round('vr_pmem', 'unlimited', ''), 'pmem', 'a PMEM leaf, rewritten without th
 is(round('vr_full', 'unlimited', 'vacuum:pmem_full,'), 'pmem', 'a PMEM leaf, entries marked dead in place');
 # an SSD leaf, whose image is immutable
 is(round('vr_ssd', '1B', ''), 'ssd', 'an SSD leaf');
+# a PMEM leaf that moves to SSD: VACUUM reads it again there
+is(round('vr_move', 'unlimited', '', 'move'), 'pmem', 'a PMEM leaf, moved to SSD before its removal');
 
 $node->stop;
 done_testing();
