@@ -733,50 +733,6 @@ def cmd_compare(args):
         measure_floor(clusters, configs, windows[sels[0]], sels[0], ncenters,
                       rounds, seconds, clients, out, res)
 
-        # -- single-row inserts (these grow the tables): with
-        # synchronous_commit = on, what a durable application sees, and
-        # off, where the index's own cost is not hidden by the WAL flush
-        ins_defs = {'n': ncenters, 'bw': bw, 'bh': bh}
-        ins_runs = [('insert sync 1 client', 1, 'on'), ('insert sync 2 clients', 2, 'on'),
-                    ('insert async %d client%s' % (clients, 's' if clients > 1 else ''),
-                     clients, 'off')]
-        iwal = {k: [0, 0] for k in series}      # bytes, rows
-        for label, ncl, sync in ins_runs:
-            for rnd in range(rounds):
-                for cfg, am in rotated(series, rnd):
-                    cl = clusters[cfg]
-                    w0 = cl.wal_pos()
-                    r = cl.pgbench([os.path.join(SCRIPTS, 'insert.sql')], ncl, seconds=seconds,
-                                   defines=dict(ins_defs, tbl='trips_' + am), tag='i',
-                                   logdir=os.path.join(cl.dir, 'pgbench-logs'),
-                                   gucs={'synchronous_commit': sync})
-                    r['wal'] = cl.wal_pos() - w0
-                    iwal[(cfg, am)][0] += r['wal']
-                    iwal[(cfg, am)][1] += r['tx']
-                    qres.setdefault((label, cfg, am), []).append(r)
-            report_runs(res, out, qres, label, configs)
-        for cfg, am in series:
-            w = ratio(*iwal[(cfg, am)])
-            out[cfg].setdefault('insert_wal_per_row', {})[am] = w
-            res.add(config=cfg, metric='insert_wal_per_row', am=am, value=w, unit='bytes',
-                    detail='%d rows' % iwal[(cfg, am)][1])
-        for cfg in configs:
-            log('  %-22s %-4s %s' % ('WAL per inserted row' if cfg == configs[0] else '', cfg,
-                                     '  '.join('%s %.0f B' % (SHORT[am], out[cfg]['insert_wal_per_row'][am])
-                                               for am in AMS)))
-        if not quick:
-            hw, hh = windows[0.0001][0], windows[0.0001][1]
-            for rnd in range(rounds):
-                for cfg, am in rotated(series, rnd):
-                    cl = clusters[cfg]
-                    r = cl.pgbench([os.path.join(SCRIPTS, 'range.sql') + '@8',
-                                    os.path.join(SCRIPTS, 'insert.sql') + '@2'], clients,
-                                   seconds=seconds,
-                                   defines=dict(ins_defs, tbl='trips_' + am, hw=hw, hh=hh),
-                                   tag='m', logdir=os.path.join(cl.dir, 'pgbench-logs'))
-                    qres.setdefault(('mixed 80/20', cfg, am), []).append(r)
-            report_runs(res, out, qres, 'mixed 80/20', configs)
-
         # -- KNN: ORDER BY b <-> point LIMIT 10 (pgbench), and a
         # nearest-neighbour join of 10,000 probes (LATERAL ... LIMIT 1), for
         # the methods whose plan orders by the index
@@ -906,6 +862,54 @@ ANALYZE bench_probes;""")
                     detail='%d probes' % nsj)
             log('  %-17s spatial join (&&) of %d probes %7.3f s%s'
                 % (series_label(cfg, am), nsj, m, sd_note(sd, rounds)))
+
+        # -- single-row inserts (these grow the tables, so they come after
+        # every read-only measurement: a full run inserts hundreds of
+        # thousands of copies of boxes at the 10,000 centres, and KNN and the
+        # joins measured after that measured those duplicates, not the data
+        # loaded -- until 2026-11-25 they came before): with
+        # synchronous_commit = on, what a durable application sees, and
+        # off, where the index's own cost is not hidden by the WAL flush
+        ins_defs = {'n': ncenters, 'bw': bw, 'bh': bh}
+        ins_runs = [('insert sync 1 client', 1, 'on'), ('insert sync 2 clients', 2, 'on'),
+                    ('insert async %d client%s' % (clients, 's' if clients > 1 else ''),
+                     clients, 'off')]
+        iwal = {k: [0, 0] for k in series}      # bytes, rows
+        for label, ncl, sync in ins_runs:
+            for rnd in range(rounds):
+                for cfg, am in rotated(series, rnd):
+                    cl = clusters[cfg]
+                    w0 = cl.wal_pos()
+                    r = cl.pgbench([os.path.join(SCRIPTS, 'insert.sql')], ncl, seconds=seconds,
+                                   defines=dict(ins_defs, tbl='trips_' + am), tag='i',
+                                   logdir=os.path.join(cl.dir, 'pgbench-logs'),
+                                   gucs={'synchronous_commit': sync})
+                    r['wal'] = cl.wal_pos() - w0
+                    iwal[(cfg, am)][0] += r['wal']
+                    iwal[(cfg, am)][1] += r['tx']
+                    qres.setdefault((label, cfg, am), []).append(r)
+            report_runs(res, out, qres, label, configs)
+        for cfg, am in series:
+            w = ratio(*iwal[(cfg, am)])
+            out[cfg].setdefault('insert_wal_per_row', {})[am] = w
+            res.add(config=cfg, metric='insert_wal_per_row', am=am, value=w, unit='bytes',
+                    detail='%d rows' % iwal[(cfg, am)][1])
+        for cfg in configs:
+            log('  %-22s %-4s %s' % ('WAL per inserted row' if cfg == configs[0] else '', cfg,
+                                     '  '.join('%s %.0f B' % (SHORT[am], out[cfg]['insert_wal_per_row'][am])
+                                               for am in AMS)))
+        if not quick:
+            hw, hh = windows[0.0001][0], windows[0.0001][1]
+            for rnd in range(rounds):
+                for cfg, am in rotated(series, rnd):
+                    cl = clusters[cfg]
+                    r = cl.pgbench([os.path.join(SCRIPTS, 'range.sql') + '@8',
+                                    os.path.join(SCRIPTS, 'insert.sql') + '@2'], clients,
+                                   seconds=seconds,
+                                   defines=dict(ins_defs, tbl='trips_' + am, hw=hw, hh=hh),
+                                   tag='m', logdir=os.path.join(cl.dir, 'pgbench-logs'))
+                    qres.setdefault(('mixed 80/20', cfg, am), []).append(r)
+            report_runs(res, out, qres, 'mixed 80/20', configs)
 
         # -- bulk insert: INSERT ... SELECT with the index present vs no index
         phase(t0, 'bulk insert: INSERT ... SELECT of %d rows into an empty table (time; WAL per row)'
