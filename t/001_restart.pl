@@ -58,9 +58,10 @@ like($node->safe_psql('postgres', 'SELECT rebuilds FROM amrtree_pool_stats()'), 
 # crash of one backend: the postmaster reinitialises shared memory
 my $bg = $node->background_psql('postgres');
 my $pid = $bg->query_safe('SELECT pg_backend_pid()');
+my $log_at = -s $node->logfile;
 kill 'KILL', $pid;
 $bg->quit;
-amr_wait_for_server($node) or die 'server did not come back';
+amr_wait_for_crash_restart($node, $log_at) or die 'server did not come back';
 same_after('a backend crash');
 
 $node->stop('immediate');

@@ -73,8 +73,9 @@ for my $round (1 .. $rounds)
 	{
 		usleep(1000 * $delays_ms[$round - 1]);
 	}
+	my $log_at = -s $node->logfile;
 	kill 'KILL', $pid;
-	amr_wait_for_server($node) or die 'server did not come back';
+	amr_wait_for_crash_restart($node, $log_at) or die 'server did not come back';
 
 	my ($pmem, $ssd) = split /\|/, $node->safe_psql('postgres', q{
 SELECT sum(leaves) FILTER (WHERE tier = 'pmem'), sum(leaves) FILTER (WHERE tier = 'ssd')

@@ -66,9 +66,11 @@ SELECT count(*) FROM $table WHERE b && box '((-1e9,-1e9),(1e9,1e9))'});
 	is($ios, $heap, "$what: index-only scan counts the heap's $heap rows (no phantom)");
 }
 
+# after a crash at a moment when the log had $log_at bytes
 sub wait_for_restart
 {
-	amr_wait_for_server($node)
+	my ($log_at) = @_;
+	amr_wait_for_crash_restart($node, $log_at)
 	  or die 'the server did not come back after the crash';
 }
 
@@ -79,7 +81,7 @@ SET amrtree.fault_injection = 'append:after_entry_persisted:700';
 INSERT INTO pts SELECT 100000 + g, box(point(g % 100, g / 100), point(g % 100 + 0.5, g / 100 + 0.5))
   FROM generate_series(1, 1000) g;});
 isnt($ret, 0, 'the backend crashed at the 700th append');
-wait_for_restart();
+wait_for_restart($log_at);
 unlink($node->data_dir . '/amrtree_fault_fired');
 my $log = slurp_file($node->logfile, $log_at);
 like($log, qr/fault injection: aborting at "append:after_entry_persisted"/, 'at the injected point');
@@ -102,7 +104,7 @@ SET amrtree.fault_injection = 'append:after_entry_persisted:700';
 INSERT INTO pts SELECT 300000 + g, box(point(g % 100, g / 100), point(g % 100 + 0.5, g / 100 + 0.5))
   FROM generate_series(1, 1000) g;});
 isnt($ret, 0, 'a second backend crashed at its 700th append');
-wait_for_restart();
+wait_for_restart($log_at);
 ($ret, $out, $err) = $node->psql('postgres',
 	q{SET enable_seqscan = off; SELECT count(*) FROM pts WHERE b && box '((1,1),(2,2))'});
 like($err, qr/reconciliation refused/, 'after recovery nobody could reconcile');
@@ -196,9 +198,10 @@ SQL
 		last if $victim;
 		usleep(100_000);
 	}
+	my $kill_at = -s $node->logfile;
 	ok(kill('KILL', $victim), "kill -9 of an inserting backend ($victim)");
 	$h->finish;
-	wait_for_restart();
+	wait_for_restart($kill_at);
 	check_table('w', 'after kill -9 of a backend');
 }
 

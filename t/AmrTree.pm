@@ -13,7 +13,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(amr_node amr_pool_path amr_load_porto amr_setup_parity
-  amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server);
+  amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server
+  amr_wait_for_crash_restart);
 
 my $tag = $ENV{AMR_POOL_TAG} || "amrtree-tap-$$-" . time();
 my $src = $ENV{AMR_SRC} || dirname(__FILE__) . '/..';
@@ -186,6 +187,17 @@ sub amr_fingerprint
 		$db, qq{
 SELECT md5(string_agg(op || ':' || qid || ':' || amr_ids('$table', op, qb, true)::text, ',' ORDER BY op, qid))
 FROM amr_ops, amr_windows});
+}
+
+# After a process of $node crashed (or was killed) at a moment when the log
+# had $log_at bytes: wait until the postmaster has begun its crash-restart
+# cycle -- until then a query may still find the old server up, and the
+# next one meet the restart -- and then until it accepts queries again.
+sub amr_wait_for_crash_restart
+{
+	my ($node, $log_at, $db) = @_;
+	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $log_at);
+	return amr_wait_for_server($node, $db);
 }
 
 # Wait until the server accepts queries again after a crash restart.
