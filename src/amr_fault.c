@@ -341,8 +341,9 @@ amr_fault_define_guc(void)
 							   "Crashes (or pauses) the process at a named point (for tests only).",
 							   "\"operation:point\" or \"operation:point:N\" (or a comma-separated list); "
 							   "empty disables. "
-							   "Fires once, then is disarmed until the file amrtree_fault_fired "
-							   "in the data directory is removed.",
+							   "A crash point fires once, then is disarmed until the file "
+							   "amrtree_fault_fired in the data directory is removed; a pause "
+							   "point waits while the file amrtree_fault_paused exists.",
 							   &amr_fault_injection,
 							   "",
 							   PGC_SUSET,

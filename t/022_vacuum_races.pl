@@ -7,7 +7,8 @@
 # following its new right link; if it cleans only what is left in the leaf,
 # the moved entries outlive their heap tuples, the heap reuses their TIDs
 # for new rows, and index scans return those rows for windows they are not
-# in (t/015 once saw exactly this after a primary crash).
+# in (the pattern of the extra rows t/015 saw once, on a primary and its
+# standby alike).
 #
 # The window is microseconds wide, so the test opens it with the pause
 # point vacuum:before_removal (amr_fault.c): VACUUM stops after reading the
