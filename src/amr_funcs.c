@@ -471,8 +471,20 @@ reread:
 		}
 		live = amr_leaf_live_entries(leaf);
 		if (AMR_WORD_TIER(word) == AMR_TIER_SSD && live != e->entries)
-			corrupted(index, "SSD leaf %u holds %llu entries, its Leaf Table entry says %u.",
-					  id, (unsigned long long) live, e->entries);
+		{
+			/* positions too: they tell which change wrote the count */
+			XLogRecPtr	newest = InvalidXLogRecPtr;
+			uint64		hint = e->lsn_hint == AMR_LSN_HINT_UNKNOWN ? 0 :
+				(uint64) e->lsn_hint << AMR_LSN_HINT_SHIFT;
+
+			for (i = 0; i < leaf->hdr.nentries; i++)
+				if (!(leaf->entries[i].flags & AMR_ENTRY_FLAG_DEAD))
+					newest = Max(newest, leaf->entries[i].insert_lsn);
+			corrupted(index, "SSD leaf %u holds %llu entries, its Leaf Table entry says %u (version %u in slot %u; newest entry at %X/%X, Leaf Table WAL hint %X/%X).",
+					  id, (unsigned long long) live, e->entries,
+					  AMR_WORD_VERSION(word), AMR_WORD_SLOT(word),
+					  LSN_FORMAT_ARGS(newest), LSN_FORMAT_ARGS(hint));
+		}
 		entries += live;
 
 		/* a DRAM copy (rule R6) must be the persistent image */
