@@ -1004,9 +1004,9 @@ def measure_floor(clusters, configs, window, sel, ncenters, rounds, seconds,
     window returns on average, every one of them met by every window, so
     that every entry the index reads is a result.  What that costs is
     parse, plan, executor, visibility checks and the protocol -- the part
-    that does not depend on the index.  Its tps over GiST's on the real table bounds the
-    ratio any index can reach there (docs/evaluation.md, the coastline
-    misses)."""
+    that does not depend on the index.  Its tps over GiST's on the real
+    table bounds the ratio any index can reach there (docs/evaluation.md,
+    the coastline misses)."""
     nrows = max(1, int(round(window[2])))
     ams = ['amrtree', 'gist']
     for cl in clusters.values():

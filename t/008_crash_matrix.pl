@@ -15,9 +15,10 @@
 #
 # AMRTREE_CRASH_ROUNDS=N adds N rounds at randomly chosen points and hit
 # counts, for soak runs; AMRTREE_CRASH_ONLY=regex keeps only the points
-# (and kinds: "spec kind") it matches, to soak one path.  AMRTREE_CRASH_POOL=disk puts the pool where
-# amrtree's default puts it, a file in the data directory written back in
-# the background (docs/design.md, "Write-back pools"), instead of /dev/shm.
+# (and kinds: "spec kind") it matches, to soak one path.
+# AMRTREE_CRASH_POOL=disk puts the pool where amrtree's default puts it, a
+# file in the data directory written back in the background
+# (docs/design.md, "Write-back pools"), instead of /dev/shm.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
