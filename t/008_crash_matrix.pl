@@ -351,13 +351,26 @@ FROM generate_series(1, 1500) g},
 	my $hit = wait_for_crash($point, $log_at, 30);
 	$crashes++ if $hit;
 	ok($hit, "$what: the point was reached and the process crashed");
+	my $back;
 	if ($kind eq 'reconcile' &&
 		system('pg_ctl', 'status', '-D', $node->data_dir) != 0)
 	{
+		# the startup process crashed, and the postmaster stopped with it
 		$node->_update_pid(0);
 		$node->start;
+		$back = amr_wait_for_server($node);
 	}
-	amr_wait_for_server($node) or die "$what: the server did not come back";
+	elsif ($hit)
+	{
+		# the postmaster may not have begun its crash-restart cycle yet:
+		# a query now could reach the old server and the next one fail
+		$back = amr_wait_for_crash_restart($node, $log_at);
+	}
+	else
+	{
+		$back = amr_wait_for_server($node);
+	}
+	$back or die "$what: the server did not come back";
 	$bench->kill_kill;
 	$bench->finish;
 	disarm();

@@ -148,11 +148,12 @@ is(usage(), $one, 'DROP DATABASE frees the trees of its indexes');
 # --- a crash in the middle of a build
 my $marker = $node->data_dir . '/amrtree_fault_fired';
 unlink $marker;
+my $log_at = -s $node->logfile;
 ($ret, $out, $err) = $node->psql('postgres', q{
 SET amrtree.fault_injection = 'build:after_leaf_published:25';
 CREATE INDEX t_b2 ON t USING amrtree (b);});
 isnt($ret, 0, 'the backend building an index crashed half-way');
-amr_wait_for_server($node) or die 'server did not come back';
+amr_wait_for_crash_restart($node, $log_at) or die 'server did not come back';
 unlink $marker;
 is(usage(), $one, 'the half-built tree was reclaimed at restart');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname = 't_b2'}), 0,
@@ -161,11 +162,11 @@ works('t_b', 'after the crash mid-build');
 
 # --- an orphan: the DROP committed, the crash came before the storage was freed
 $node->safe_psql('postgres', 'CREATE INDEX t_b2 ON t USING amrtree (b)');
-my $log_at = -s $node->logfile;
+$log_at = -s $node->logfile;
 ($ret, $out, $err) = $node->psql('postgres', q{
 SET amrtree.fault_injection = 'commit:before_apply';
 DROP INDEX t_b2;});
-amr_wait_for_server($node) or die 'server did not come back';
+amr_wait_for_crash_restart($node, $log_at) or die 'server did not come back';
 unlink $marker;
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname = 't_b2'}), 0,
 	'the DROP INDEX committed before the crash');
