@@ -373,6 +373,14 @@ check_orphan_trees(Relation index)
 	}
 }
 
+/* The WAL position a Leaf Table lsn_hint stands for (0: unknown). */
+static XLogRecPtr
+hint_position(uint32 lsn_hint)
+{
+	return lsn_hint == AMR_LSN_HINT_UNKNOWN ? InvalidXLogRecPtr :
+		(XLogRecPtr) lsn_hint << AMR_LSN_HINT_SHIFT;
+}
+
 /*
  * Leaf images of one tree against the Leaf Table: every image is read from
  * its tier (SSD images have their checksum verified), and a DRAM copy held
@@ -471,20 +479,12 @@ reread:
 		}
 		live = amr_leaf_live_entries(leaf);
 		if (AMR_WORD_TIER(word) == AMR_TIER_SSD && live != e->entries)
-		{
-			/* positions too: they tell which change wrote the count */
-			XLogRecPtr	newest = InvalidXLogRecPtr;
-			uint64		hint = e->lsn_hint == AMR_LSN_HINT_UNKNOWN ? 0 :
-				(uint64) e->lsn_hint << AMR_LSN_HINT_SHIFT;
-
-			for (i = 0; i < leaf->hdr.nentries; i++)
-				if (!(leaf->entries[i].flags & AMR_ENTRY_FLAG_DEAD))
-					newest = Max(newest, leaf->entries[i].insert_lsn);
-			corrupted(index, "SSD leaf %u holds %llu entries, its Leaf Table entry says %u (version %u in slot %u; newest entry at %X/%X, Leaf Table WAL hint %X/%X).",
+			/* the WAL hints too: they tell which change wrote the count */
+			corrupted(index, "SSD leaf %u holds %llu entries, its Leaf Table entry says %u (version %u in slot %u; WAL hint of the image %X/%X, of the Leaf Table %X/%X).",
 					  id, (unsigned long long) live, e->entries,
 					  AMR_WORD_VERSION(word), AMR_WORD_SLOT(word),
-					  LSN_FORMAT_ARGS(newest), LSN_FORMAT_ARGS(hint));
-		}
+					  LSN_FORMAT_ARGS(hint_position(amr_leaf_lsn_hint(leaf, 0))),
+					  LSN_FORMAT_ARGS(hint_position(e->lsn_hint)));
 		entries += live;
 
 		/* a DRAM copy (rule R6) must be the persistent image */
