@@ -104,6 +104,11 @@ SELECT b FROM two_boxes ORDER BY a <-> point '(50.5,50.2)' LIMIT 2;
 RESET enable_seqscan;
 RESET enable_bitmapscan;
 SELECT amrtree_check('two_boxes_cover');
+-- column properties as GiST reports them: distance_orderable where the
+-- operator class has an ordering operator; an INCLUDE column has none
+SELECT a.attname, p, pg_index_column_has_property('two_boxes_cover'::regclass, a.attnum, p)
+FROM pg_attribute a, unnest(ARRAY['distance_orderable', 'returnable', 'orderable']) p
+WHERE a.attrelid = 'two_boxes_cover'::regclass ORDER BY a.attnum, p;
 CREATE TABLE points (p point);
 -- a type without an operator class
 CREATE TABLE segments (s lseg);

@@ -221,3 +221,45 @@ amrvalidate(Oid opclassoid)
 
 	return result;
 }
+
+/*
+ * amproperty: answer "distance_orderable" for a key column, which core
+ * leaves to the access method (NULL otherwise).  A column is distance
+ * orderable when its operator family has an ordering operator whose left
+ * type is the column's operator-class input type, which is exactly when
+ * the planner can use the index for ORDER BY col <-> value.  Every other
+ * property is core's generic answer (amcanreturn, amsearchnulls, ...).
+ */
+bool
+amrproperty(Oid index_oid, int attno, IndexAMProperty prop, const char *propname,
+			bool *res, bool *isnull)
+{
+	Oid			opclass;
+	Oid			opfamily;
+	Oid			opcintype;
+	CatCList   *oprlist;
+	int			i;
+
+	if (attno == 0 || prop != AMPROP_DISTANCE_ORDERABLE)
+		return false;
+
+	/* INCLUDE columns and unknown columns have no operator class */
+	opclass = get_index_column_opclass(index_oid, attno);
+	if (!OidIsValid(opclass) ||
+		!get_opclass_opfamily_and_input_type(opclass, &opfamily, &opcintype))
+	{
+		*isnull = true;
+		return true;
+	}
+
+	*res = false;
+	oprlist = SearchSysCacheList1(AMOPSTRATEGY, ObjectIdGetDatum(opfamily));
+	for (i = 0; i < oprlist->n_members && !*res; i++)
+	{
+		Form_pg_amop oprform = (Form_pg_amop) GETSTRUCT(&oprlist->members[i]->tuple);
+
+		*res = oprform->amoppurpose == AMOP_ORDER && oprform->amoplefttype == opcintype;
+	}
+	ReleaseSysCacheList(oprlist);
+	return true;
+}

@@ -423,7 +423,7 @@ amrtree_handler(PG_FUNCTION_ARGS)
 	amroutine->amcanreturn = amrcanreturn;
 	amroutine->amcostestimate = amrcostestimate;
 	amroutine->amoptions = amroptions;
-	amroutine->amproperty = NULL;
+	amroutine->amproperty = amrproperty;
 	amroutine->ambuildphasename = amrbuildphasename;
 	amroutine->amvalidate = amrvalidate;
 	amroutine->amadjustmembers = NULL;

@@ -554,6 +554,8 @@ extern void amrcostestimate(PlannerInfo *root, IndexPath *path,
 							Cost *indexTotalCost, Selectivity *indexSelectivity,
 							double *indexCorrelation, double *indexPages);
 extern bool amrvalidate(Oid opclassoid);
+extern bool amrproperty(Oid index_oid, int attno, IndexAMProperty prop,
+						const char *propname, bool *res, bool *isnull);
 extern bytea *amroptions(Datum reloptions, bool validate);
 
 /* ---- keys and operator classes (amr_opclass.c) ---- */
