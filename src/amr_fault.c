@@ -81,6 +81,7 @@ static const char *const fault_points[] = {
 	"drop:before_free_state",
 	"reconcile:after_prune_horizon",
 	"reconcile:after_prune",
+	"reconcile:after_prune_rewrite",
 	"reconcile:after_release",
 	"redo:before_append",
 	"redo:before_switch",

@@ -673,11 +673,12 @@ empty_tree(AmrTree *t)
  * read only if its Leaf Table lsn_hint (which also covers the record of the
  * image's last rewrite) says it may be affected, and rewritten without the
  * pruned entries to a fresh slot.  *image receives the leaf's image after
- * the pruning (in place for PMEM, in buf for SSD).
+ * the pruning (in place for PMEM, in buf for SSD); *logged is set when the
+ * rewrite was itself logged whole, so that the caller need not log it again.
  */
 static bool
 prune_leaf(AmrTree *t, uint32 id, XLogRecPtr horizon, AmrLeaf *buf, AmrLeaf *img,
-		   const AmrLeaf **image, uint64 *pruned, int64 *count_delta)
+		   const AmrLeaf **image, uint64 *pruned, int64 *count_delta, bool *logged)
 {
 	AmrStore   *s = &amr_store;
 	AmrLeafTableEntry *e = &s->lt[id];
@@ -759,8 +760,21 @@ prune_leaf(AmrTree *t, uint32 id, XLogRecPtr horizon, AmrLeaf *buf, AmrLeaf *img
 			/* the box of the old image still covers the survivors */
 			mbr = amr_lt_mbr(s, id, word);
 			amr_leaf_write_image(NULL, tier, new_slot, img);
-			(void) amr_leaf_switch(NULL, t, id, tier, new_slot, &mbr, img, false, AMR_LOG_NONE);
+
+			/*
+			 * Logged whole before the switch, not after it as the caller
+			 * would: the switch gives the leaf an lsn_hint computed from the
+			 * survivors, which may lie within the horizon, so a crash between
+			 * the switch and a later record would leave the next pruning pass
+			 * (to the same horizon) neither reading this leaf nor logging it,
+			 * and a standby with the leaf as it was before a split whose
+			 * record was lost.  The record's position stamps the hint.
+			 */
+			(void) amr_leaf_switch(NULL, t, id, tier, new_slot, &mbr, img, false,
+								   AMR_LOG_REWRITE);
+			AMR_FAULT_POINT("reconcile:after_prune_rewrite");
 			*image = img;
+			*logged = true;
 		}
 		else if (amr_leaf_live_entries(buf) != e->entries)
 		{
@@ -809,15 +823,20 @@ prune_and_resync(XLogRecPtr horizon, ReconcileCounts *c)
 			const AmrLeaf *image = NULL;
 			uint64		pruned = 0;
 			int64		count_delta = 0;
+			bool		rewrite_logged = false;
 
 			if ((id & 0xFFF) == 0)
 				CHECK_FOR_INTERRUPTS();
 			LWLockAcquire(amr_leaf_lock(id), LW_EXCLUSIVE);
-			if (prune_leaf(t, id, horizon, buf, img, &image, &pruned, &count_delta) && logged && image)
+			if (prune_leaf(t, id, horizon, buf, img, &image, &pruned, &count_delta,
+						   &rewrite_logged) && logged && image)
 			{
-				START_CRIT_SECTION();
-				(void) amr_wal_images(t, AMR_IMAGE_RESYNC, 1, &id, &image, NULL);
-				END_CRIT_SECTION();
+				if (!rewrite_logged)
+				{
+					START_CRIT_SECTION();
+					(void) amr_wal_images(t, AMR_IMAGE_RESYNC, 1, &id, &image, NULL);
+					END_CRIT_SECTION();
+				}
 				c->resynced++;
 			}
 			LWLockRelease(amr_leaf_lock(id));

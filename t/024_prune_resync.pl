@@ -1,0 +1,122 @@
+# A crash in the middle of the pruning that follows crash recovery, and a
+# standby that must still end up with the primary's leaves.
+#
+# One SSD leaf is full; a transaction splits it and writes into both halves,
+# and its backend crashes before any of that WAL reached the disk.  Recovery
+# ends before the split, so the primary's pruning removes the new entries
+# from both halves -- but the split itself stays, and the standby never saw
+# it: the pruning logs both halves again, whole.  Here the pruning crashes
+# right after it rewrote the first half (reconcile:after_prune_rewrite), and
+# the second pass, to the same horizon, must still get both halves to the
+# standby: the first half's rewrite was logged before its switch.  (Logged
+# after it, the rewrite gave the half a WAL stamp within the horizon, the
+# second pass skipped it, and the standby held the old full leaf beside the
+# new second half: every entry of that half twice.)
+#
+# The pool is on /dev/shm (every store at once durable, as on PMEM); the
+# standby has a pool of its own, and the index is created after it started.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
+use AmrTree;
+
+# no WAL may reach the disk behind the dying transaction's back
+my $primary = amr_node('primary', init => { allows_streaming => 1 }, conf => q{
+restart_after_crash = on
+wal_writer_delay = 10s
+wal_writer_flush_after = 0
+wal_buffers = 4MB
+autovacuum = off
+amrtree.ssd_size = 16MB
+amrtree.budget_on_insert = strict
+});
+$primary->start;
+$primary->safe_psql('postgres', q{
+CREATE EXTENSION amrtree;
+CREATE TABLE s (id int, b box);
+CREATE TABLE filler (x int, pad text);});
+$primary->backup('b');
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($primary, 'b', has_streaming => 1);
+my $slots = PostgreSQL::Test::Utils::tempdir() . '/standby.slots';
+$standby->append_conf('postgresql.conf',
+	"amrtree.pmem_path = '" . amr_pool_path('standby') . "'\namrtree.ssd_path = '$slots'\n");
+unlink amr_pool_path('standby');
+$standby->start;
+
+# one leaf on the SSD tier (a budget below one leaf, held to by inserts
+# too), filled to capacity
+$primary->safe_psql('postgres', q{
+CREATE INDEX s_b ON s USING amrtree (b) WITH (pmem_budget = '1kB');});
+my $capacity = 84;
+$primary->safe_psql('postgres', "INSERT INTO s VALUES ($_, box(point($_, $_), point($_ + 0.5, $_ + 0.5)))")
+  for 1 .. $capacity;
+is($primary->safe_psql('postgres', q{SELECT leaves || ' ' || entries || ' ' || pmem_bytes FROM amrtree_index_stats('s_b')}),
+	"1 $capacity 0", "one SSD leaf holds $capacity entries");
+# more than 64 kB of WAL after the leaf's last entry, then a checkpoint, so
+# that the stamp of the entries that will survive lies well within the
+# horizon
+$primary->safe_psql('postgres', q{
+INSERT INTO filler SELECT g, repeat('x', 100) FROM generate_series(1, 3000) g;
+CHECKPOINT;});
+$primary->wait_for_catchup($standby);
+
+# the pruning may not run before the test arms its crash point
+$primary->safe_psql('postgres', q{
+ALTER SYSTEM SET amrtree.fault_injection = 'reconcile:fail'; SELECT pg_reload_conf();});
+
+# the dying transaction: a split, then writes into both halves, each an
+# SSD rewrite; its backend crashes at the tenth of them
+my $log_at = -s $primary->logfile;
+my ($ret) = $primary->psql('postgres', q{
+BEGIN;
+SET amrtree.fault_injection = 'rewrite:after_switch:10';
+INSERT INTO s SELECT 1000 + g, box(point(g * 7 % 84, g * 7 % 84), point(g * 7 % 84 + 0.25, g * 7 % 84 + 0.25))
+  FROM generate_series(1, 40) g;
+COMMIT;});
+isnt($ret, 0, 'the backend crashed in the middle of the transaction')
+  or die 'the transaction did not reach its crash point';
+amr_wait_for_crash_restart($primary, $log_at) or die 'the primary did not come back';
+like(slurp_file($primary->logfile, $log_at), qr/aborting at "rewrite:after_switch"/,
+	'at the tenth SSD rewrite after the split');
+unlink $primary->data_dir . '/amrtree_fault_fired';
+
+# the pruning crashes right after its first SSD rewrite
+$log_at = -s $primary->logfile;
+my $prune_at = $log_at;
+$primary->safe_psql('postgres', q{
+ALTER SYSTEM SET amrtree.fault_injection = 'reconcile:after_prune_rewrite'; SELECT pg_reload_conf();});
+$primary->psql('postgres', q{SET enable_seqscan = off; SELECT count(*) FROM s WHERE b && box '((0,0),(100,100))'});
+$primary->wait_for_log(qr/aborting at "reconcile:after_prune_rewrite"/, $log_at);
+amr_wait_for_crash_restart($primary, $log_at) or die 'the primary did not come back';
+$primary->safe_psql('postgres', q{ALTER SYSTEM RESET amrtree.fault_injection; SELECT pg_reload_conf();});
+
+# the second pass (by the query, or by the tier manager before it)
+is($primary->safe_psql('postgres', q{SET enable_seqscan = off; SELECT count(*) FROM s WHERE b && box '((-1,-1),(100,100))'}),
+	$capacity, 'primary: the index finds the committed rows, none of the lost transaction');
+ok($primary->wait_for_log(qr/dropped \d+ entries inserted beyond it/, $prune_at),
+	'the second pass pruned to the same horizon');
+is($primary->safe_psql('postgres', q{SELECT amrtree_check('s_b')}), 't', 'primary: amrtree_check');
+is($primary->safe_psql('postgres', q{SELECT leaves FROM amrtree_index_stats('s_b')}), 2,
+	'primary: the split survived the pruning');
+
+# the standby: the same leaves, so the same rows, each once
+$primary->wait_for_catchup($standby);
+my $query = q{SELECT count(*), count(DISTINCT id) FROM s WHERE b && box '((-1,-1),(100,100))'};
+for my $scan ([ 'index scan', 'SET enable_seqscan = off; SET enable_bitmapscan = off;' ],
+	[ 'bitmap scan', 'SET enable_seqscan = off; SET enable_indexscan = off;' ])
+{
+	is($standby->safe_psql('postgres', "$scan->[1] $query"), "$capacity|$capacity",
+		"standby: an amrtree $scan->[0] returns every committed row once");
+}
+my $leaves = q{SELECT string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid)
+FROM amrtree_leaf_entries('s_b') WHERE NOT dead};
+is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves),
+	'standby: every leaf holds the entries it holds on the primary');
+
+$standby->stop;
+$primary->stop;
+done_testing();
