@@ -458,7 +458,7 @@ amr_leaf_switch(Relation index, AmrTree *t, uint32 leaf_id, uint32 tier, uint32 
 		 * it, see amr_reconcile.c).
 		 */
 		s->lt[leaf_id].entries = (uint16) amr_leaf_live_entries(img);
-		s->lt[leaf_id].lsn_hint = amr_leaf_lsn_hint(img, lsn);
+		s->lt[leaf_id].lsn_hint = amr_lsn_hint_raise(s->lt[leaf_id].lsn_hint, img, lsn);
 		amr_persist(&s->lt[leaf_id], sizeof(AmrLeafTableEntry));
 		AMR_FAULT_POINT("switch:count_written");
 	}

@@ -1,7 +1,9 @@
-# A crash in the middle of the pruning that follows crash recovery, and a
-# standby that must still end up with the primary's leaves.
+# A split whose WAL record is lost in a crash, and a standby that must
+# still end up with the primary's leaves: crash recovery prunes the entries
+# beyond the replayed WAL and logs both halves of the split again, whole,
+# found by their WAL stamps.  Two ways that went wrong:
 #
-# One SSD leaf is full; a transaction splits it and writes into both halves,
+# 1. One SSD leaf is full; a transaction splits it and writes into both halves,
 # and its backend crashes before any of that WAL reached the disk.  Recovery
 # ends before the split, so the primary's pruning removes the new entries
 # from both halves -- but the split itself stays, and the standby never saw
@@ -13,13 +15,19 @@
 # second pass skipped it, and the standby held the old full leaf beside the
 # new second half: every entry of that half twice.)
 #
+# 2. A PMEM leaf splits and the tier manager moves both halves to SSD,
+# logging nothing; the move must not lower the first half's stamp below
+# the split's record (see part 2 below).
+#
 # The pool is on /dev/shm (every store at once durable, as on PMEM); the
-# standby has a pool of its own, and the index is created after it started.
+# standby has a pool of its own, and the indexes are created after it
+# started.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IPC::Run;
 use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
 use AmrTree;
 
@@ -114,6 +122,73 @@ for my $scan ([ 'index scan', 'SET enable_seqscan = off; SET enable_bitmapscan =
 }
 my $leaves = q{SELECT string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid)
 FROM amrtree_leaf_entries('s_b') WHERE NOT dead};
+is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves),
+	'standby: every leaf holds the entries it holds on the primary');
+
+# --- 2. A move after a split whose record is lost
+#
+# A PMEM leaf splits, then the tier manager moves both halves to SSD
+# without a record (each half's image is in the split's record), and the
+# server crashes before any of it reached the disk.  The move must not
+# lower the first half's WAL stamp below the split's record: recovery's
+# pruning would then skip that half, log only the second one (which holds
+# the lost entry), and the standby hold the old full leaf beside it.
+# The tier manager sleeps (the moves below are amrtree_settle's), so that
+# no move after the restart logs the half whole by chance.
+$primary->safe_psql('postgres', q{
+ALTER SYSTEM SET amrtree.scan_interval = '1h'; SELECT pg_reload_conf();
+CREATE TABLE m (id int, b box);
+CREATE INDEX m_b ON m USING amrtree (b) WITH (pmem_budget = '1kB');});
+$primary->safe_psql('postgres', "SET amrtree.budget_on_insert = defer; "
+	  . "INSERT INTO m VALUES ($_, box(point($_, $_), point($_ + 0.5, $_ + 0.5)))")
+  for 1 .. $capacity;
+is($primary->safe_psql('postgres', q{SELECT leaves || ' ' || entries || ' ' || ssd_bytes FROM amrtree_index_stats('m_b')}),
+	"1 $capacity 0", "one PMEM leaf (over its budget until settled) holds $capacity entries");
+my $origin = $primary->safe_psql('postgres', q{SELECT DISTINCT leaf_id FROM amrtree_leaf_entries('m_b')});
+$primary->safe_psql('postgres', q{
+INSERT INTO filler SELECT g, repeat('x', 100) FROM generate_series(1, 3000) g;
+CHECKPOINT;});
+$primary->wait_for_catchup($standby);
+
+# the split and the moves (the settle writes no record), in a transaction
+# left open: nothing flushed -- no commit, not even one without an xid,
+# whose records would make the WAL writer flush the split's
+my ($in, $out) = ('', '');
+my $open_tx = IPC::Run::start(
+	[ 'psql', '-XAtq', '-d', $primary->connstr('postgres'), '-f', '-' ],
+	'<', \$in, '>', \$out, '2>&1');
+$in .= qq{
+BEGIN;
+SET amrtree.budget_on_insert = defer;
+INSERT INTO m VALUES (1000, box '((90,90),(90.5,90.5))');
+SELECT amrtree_settle('m_b', 0) > 0 AS moved;
+SELECT e.leaf_id <> $origin AS second_half FROM amrtree_leaf_entries('m_b') e JOIN m ON m.ctid = e.tid
+WHERE m.id = 1000;
+SELECT 'inserted';
+};
+$open_tx->pump until $out =~ /inserted/ || $out =~ /ERROR/;
+is($out, "t\nt\ninserted\n",
+	'a transaction split the leaf, its new entry in the second half (the first holds only old entries), '
+	  . 'moved both halves, and stays open');
+is($primary->safe_psql('postgres', q{SELECT leaves || ' ' || pmem_bytes FROM amrtree_index_stats('m_b')}),
+	'2 0', 'the leaf split, and both halves moved to SSD');
+
+$log_at = -s $primary->logfile;
+$primary->stop('immediate');
+$open_tx->kill_kill;
+$primary->start;
+is($primary->safe_psql('postgres', q{SET enable_seqscan = off; SELECT count(*) FROM m WHERE b && box '((-1,-1),(100,100))'}),
+	$capacity, 'primary: the index finds the committed rows, not the lost one');
+ok($primary->wait_for_log(qr/dropped 1 entries inserted beyond it/, $log_at),
+	'recovery pruned the lost entry');
+is($primary->safe_psql('postgres', q{SELECT amrtree_check('m_b')}), 't', 'primary: amrtree_check');
+
+$primary->wait_for_catchup($standby);
+$query = q{SELECT count(*), count(DISTINCT id) FROM m WHERE b && box '((-1,-1),(100,100))'};
+is($standby->safe_psql('postgres', "SET enable_seqscan = off; SET enable_bitmapscan = off; $query"),
+	"$capacity|$capacity", 'standby: an amrtree index scan returns every committed row once');
+$leaves = q{SELECT string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid)
+FROM amrtree_leaf_entries('m_b') WHERE NOT dead};
 is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves),
 	'standby: every leaf holds the entries it holds on the primary');
 

@@ -159,7 +159,7 @@ typedef struct AmrLeafTableEntry
 	uint32_t	split_origin;	/* leaf this one was split from, or
 								 * AMR_INVALID_LEAF */
 	uint32_t	split_origin_version;	/* origin's version before the split */
-	uint32_t	lsn_hint;		/* see above; exact for SSD images */
+	uint32_t	lsn_hint;		/* see above; a switch never lowers it */
 	AmrFBox		mbr[2];			/* bounding box of the image of version v is
 								 * mbr[v & 1], so the box switches with the
 								 * word */

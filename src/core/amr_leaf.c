@@ -275,6 +275,20 @@ amr_leaf_lsn_hint(const AmrLeaf *img, uint64_t stamp_lsn)
 	return hint >= AMR_LSN_HINT_UNKNOWN ? AMR_LSN_HINT_UNKNOWN : (uint32_t) hint;
 }
 
+uint32_t
+amr_lsn_hint_raise(uint32_t hint, const AmrLeaf *img, uint64_t stamp_lsn)
+{
+	uint32_t	now = amr_leaf_lsn_hint(img, stamp_lsn);
+
+	/*
+	 * Never lower: the old hint may cover a change of this leaf whose record
+	 * has not reached durable WAL yet (a split, then a move that logs
+	 * nothing), and crash recovery must still find and log the leaf again.
+	 * A hint left too high only makes recovery read an image it need not.
+	 */
+	return now > hint ? now : hint;
+}
+
 void
 amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
 				   uint32_t generation, uint32_t flags,
@@ -309,7 +323,7 @@ amr_lt_switch(AmrStore *s, uint32_t leaf_id, uint32_t tier, uint32_t slot,
 
 	e->mbr[version & 1] = *mbr;
 	e->entries = (uint16_t) amr_leaf_live_entries(img);
-	e->lsn_hint = amr_leaf_lsn_hint(img, stamp_lsn);
+	e->lsn_hint = amr_lsn_hint_raise(e->lsn_hint, img, stamp_lsn);
 	amr_persist(e, sizeof(*e));
 	amr_store_persist_u64(&e->word, AMR_MAKE_WORD(tier, slot, version));
 	count_tier(s, e->tree_no, AMR_WORD_TIER(old), -1);

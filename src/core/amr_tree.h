@@ -319,7 +319,10 @@ extern void amr_lt_publish_new(AmrStore *s, uint32_t leaf_id, uint32_t tree_no,
  *
  * stamp_lsn (0 if none) is the end of the WAL record that logged the
  * change: the Leaf Table's lsn_hint is raised to cover it, so that after a
- * crash a change whose record did not reach durable WAL can be found.
+ * crash a change whose record did not reach durable WAL can be found.  A
+ * switch never lowers the hint (amr_lsn_hint_raise): an unlogged move
+ * right after a split whose record is not yet durable must leave the split
+ * found.
  */
 extern uint64_t amr_lt_switch(AmrStore *s, uint32_t leaf_id, uint32_t tier,
 							  uint32_t slot, const AmrFBox *mbr,
@@ -330,6 +333,12 @@ extern uint64_t amr_lt_switch(AmrStore *s, uint32_t leaf_id, uint32_t tier,
  * Table lsn_hint.
  */
 extern uint32_t amr_leaf_lsn_hint(const AmrLeaf *img, uint64_t stamp_lsn);
+
+/*
+ * The lsn_hint a leaf switching to img gets: its hint so far, raised to
+ * amr_leaf_lsn_hint(img, stamp_lsn).
+ */
+extern uint32_t amr_lsn_hint_raise(uint32_t hint, const AmrLeaf *img, uint64_t stamp_lsn);
 
 /* Mark a leaf id free (version still grows); returns the old word. */
 extern uint64_t amr_lt_release(AmrStore *s, uint32_t leaf_id);
