@@ -533,6 +533,7 @@ amr_leaf_mark_dead_many(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *lea
 						const uint16 *pos, int n)
 {
 	bool		logged = n > 0 && amr_wal_wanted(t, index);
+	XLogRecPtr	lsn;
 	int			i;
 
 	START_CRIT_SECTION();
@@ -546,10 +547,18 @@ amr_leaf_mark_dead_many(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *lea
 			memcpy(&wal_image, leaf, amr_leaf_image_bytes(leaf));
 			for (i = 0; i < n; i++)
 				wal_image.entries[pos[i]].flags |= AMR_ENTRY_FLAG_DEAD;
-			(void) amr_wal_images(t, AMR_IMAGE_FULL, 1, &leaf_id, &img, NULL);
+			lsn = amr_wal_images(t, AMR_IMAGE_FULL, 1, &leaf_id, &img, NULL);
 		}
 		else
-			(void) amr_wal_mark_dead(t, leaf_id, leaf->hdr.version, pos, n);
+			lsn = amr_wal_mark_dead(t, leaf_id, leaf->hdr.version, pos, n);
+
+		/*
+		 * Stamped before the marks are made: if the record does not reach
+		 * durable WAL, crash recovery finds the leaf by its stamp and logs
+		 * it whole, or a standby would keep these entries live -- and hand
+		 * their boxes' queries whatever rows later take their heap slots.
+		 */
+		amr_lt_stamp(&amr_store, leaf_id, lsn);
 	}
 	/* independent 2-byte stores: one msync for the leaf on a disk pool */
 	amr_persist_batch_begin();

@@ -101,6 +101,7 @@ $primary->psql('postgres', q{SET enable_seqscan = off; SELECT count(*) FROM s WH
 $primary->wait_for_log(qr/aborting at "reconcile:after_prune_rewrite"/, $log_at);
 amr_wait_for_crash_restart($primary, $log_at) or die 'the primary did not come back';
 $primary->safe_psql('postgres', q{ALTER SYSTEM RESET amrtree.fault_injection; SELECT pg_reload_conf();});
+unlink $primary->data_dir . '/amrtree_fault_fired';
 
 # the second pass (by the query, or by the tier manager before it)
 is($primary->safe_psql('postgres', q{SET enable_seqscan = off; SELECT count(*) FROM s WHERE b && box '((-1,-1),(100,100))'}),
@@ -191,6 +192,53 @@ $leaves = q{SELECT string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid)
 FROM amrtree_leaf_entries('m_b') WHERE NOT dead};
 is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves),
 	'standby: every leaf holds the entries it holds on the primary');
+
+# --- 3. Entries marked dead in place, the record lost
+#
+# VACUUM marks entries of a PMEM leaf dead in place when no slot is free
+# for a rewrite (simulated: vacuum:pmem_full), and its backend crashes
+# before the record reached the disk.  The primary keeps the marks (the
+# rows were deleted, so the index only lost entries it no longer needed);
+# the standby must lose them too: once a later VACUUM frees the rows' heap
+# slots and new rows take them, a live entry left there would hand those
+# new rows to its box's queries.  The new rows go to the other leaf, so
+# that no change of this one after recovery logs it whole by chance.
+$primary->safe_psql('postgres', q{
+CREATE TABLE v (id int, b box);
+CREATE INDEX v_b ON v USING amrtree (b);
+INSERT INTO v SELECT g, box(point(g, g), point(g + 0.5, g + 0.5)) FROM generate_series(1, 50) g;
+INSERT INTO v SELECT g, box(point(1000 + g, g), point(1000.5 + g, g + 0.5)) FROM generate_series(51, 100) g;
+DELETE FROM v WHERE id <= 10;
+INSERT INTO filler SELECT g, repeat('x', 100) FROM generate_series(1, 3000) g;
+CHECKPOINT;});
+$primary->wait_for_catchup($standby);
+$log_at = -s $primary->logfile;
+($ret) = $primary->psql('postgres', q{
+SET amrtree.fault_injection = 'vacuum:pmem_full,vacuum:after_mark_dead';
+VACUUM (INDEX_CLEANUP ON) v;});
+isnt($ret, 0, 'VACUUM crashed right after marking entries dead in place')
+  or die 'VACUUM did not reach its crash point';
+amr_wait_for_crash_restart($primary, $log_at) or die 'the primary did not come back';
+unlink $primary->data_dir . '/amrtree_fault_fired';
+is($primary->safe_psql('postgres', q{SELECT count(*) || ' ' || count(DISTINCT leaf_id) FROM amrtree_leaf_entries('v_b') WHERE dead}),
+	'10 1', 'primary: the ten entries stay dead, in one leaf');
+is($primary->safe_psql('postgres', q{
+SELECT count(DISTINCT leaf_id) FROM amrtree_leaf_entries('v_b') e JOIN v ON v.ctid = e.tid WHERE v.id > 50}),
+	1, 'the other half of the rows is in another leaf');
+$primary->safe_psql('postgres', q{
+VACUUM (INDEX_CLEANUP ON) v;
+INSERT INTO v SELECT 200 + g, box(point(1060 + g, g), point(1060.5 + g, g + 0.5))
+  FROM generate_series(1, 10) g;});
+is($primary->safe_psql('postgres', q{SELECT count(*) FROM v WHERE ctid <= '(0,10)' AND id > 200}), 10,
+	'the new rows took the vacuumed rows\' heap slots');
+$primary->wait_for_catchup($standby);
+$query = q{SELECT count(*) FROM v WHERE b && box '((0,0),(100,100))'};
+is($standby->safe_psql('postgres', "SET enable_seqscan = off; SET enable_bitmapscan = off; $query"),
+	40, 'standby: an amrtree index scan returns the 40 live rows of the window, none of the new ones');
+$leaves = q{SELECT string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid)
+FROM amrtree_leaf_entries('v_b') WHERE NOT dead};
+is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves),
+	'standby: every leaf holds the live entries it holds on the primary');
 
 $standby->stop;
 $primary->stop;

@@ -256,12 +256,20 @@ count_tier(AmrStore *s, uint32_t tree_no, uint32_t tier, int delta)
 		amr_counter_add(&t->ssd_leaves, (uint64_t) (int64_t) delta);
 }
 
+/* A WAL position as an lsn_hint: rounded up, so that (hint << shift) >= it. */
+static uint32_t
+lsn_to_hint(uint64_t lsn)
+{
+	uint64_t	hint = (lsn + ((UINT64_C(1) << AMR_LSN_HINT_SHIFT) - 1)) >> AMR_LSN_HINT_SHIFT;
+
+	return hint >= AMR_LSN_HINT_UNKNOWN ? AMR_LSN_HINT_UNKNOWN : (uint32_t) hint;
+}
+
 uint32_t
 amr_leaf_lsn_hint(const AmrLeaf *img, uint64_t stamp_lsn)
 {
 	uint64_t	n = img->hdr.nentries;
 	uint64_t	max_lsn = stamp_lsn;
-	uint64_t	hint;
 	uint64_t	i;
 
 	if (n > AMR_LEAF_CAPACITY)
@@ -270,9 +278,7 @@ amr_leaf_lsn_hint(const AmrLeaf *img, uint64_t stamp_lsn)
 		if (!(img->entries[i].flags & AMR_ENTRY_FLAG_DEAD) &&
 			img->entries[i].insert_lsn > max_lsn)
 			max_lsn = img->entries[i].insert_lsn;
-	/* rounded up, so that (hint << shift) >= every position */
-	hint = (max_lsn + ((UINT64_C(1) << AMR_LSN_HINT_SHIFT) - 1)) >> AMR_LSN_HINT_SHIFT;
-	return hint >= AMR_LSN_HINT_UNKNOWN ? AMR_LSN_HINT_UNKNOWN : (uint32_t) hint;
+	return lsn_to_hint(max_lsn);
 }
 
 uint32_t
@@ -287,6 +293,19 @@ amr_lsn_hint_raise(uint32_t hint, const AmrLeaf *img, uint64_t stamp_lsn)
 	 * A hint left too high only makes recovery read an image it need not.
 	 */
 	return now > hint ? now : hint;
+}
+
+void
+amr_lt_stamp(AmrStore *s, uint32_t leaf_id, uint64_t stamp_lsn)
+{
+	AmrLeafTableEntry *e = &s->lt[leaf_id];
+	uint32_t	hint = lsn_to_hint(stamp_lsn);
+
+	if (hint > e->lsn_hint)
+	{
+		e->lsn_hint = hint;
+		amr_persist(&e->lsn_hint, sizeof(e->lsn_hint));
+	}
 }
 
 void

@@ -340,6 +340,13 @@ extern uint32_t amr_leaf_lsn_hint(const AmrLeaf *img, uint64_t stamp_lsn);
  */
 extern uint32_t amr_lsn_hint_raise(uint32_t hint, const AmrLeaf *img, uint64_t stamp_lsn);
 
+/*
+ * Raise a leaf's lsn_hint to cover stamp_lsn, the end of the record of a
+ * change made in place (entries marked dead), and persist it; must be
+ * durable before the change is.
+ */
+extern void amr_lt_stamp(AmrStore *s, uint32_t leaf_id, uint64_t stamp_lsn);
+
 /* Mark a leaf id free (version still grows); returns the old word. */
 extern uint64_t amr_lt_release(AmrStore *s, uint32_t leaf_id);
 
