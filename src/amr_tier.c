@@ -658,7 +658,17 @@ amr_tier_worker_main(Datum arg)
 		PG_TRY();
 		{
 			pgstat_report_activity(STATE_RUNNING, "placing amrtree leaves");
+
+			/*
+			 * The reconciliation after a crash may run here, and its logged
+			 * rewrites hold DELAY_CHKPT_START between record and switch:
+			 * in a transaction, for the vxid that makes a checkpoint wait
+			 * for them (see below).
+			 */
+			StartTransactionCommand();
 			amr_require_ready();
+			CommitTransactionCommand();
+			MemoryContextSwitchTo(cxt);
 			amr_heal_launch_pending();
 
 			/*
