@@ -11,7 +11,12 @@
 #  - every strategy returns the rows a sequential scan returns,
 #  - after VACUUM an index-only scan counts exactly the heap's rows (no
 #    phantom), and
-#  - the pool holds exactly the leaves of the existing indexes.
+#  - the pool holds exactly the leaves of the existing indexes;
+#  - a streaming standby (its own pool, replaying since before the first
+#    index existed), once caught up, holds in every leaf the live entries
+#    the primary's leaf holds, and its index scans agree with its
+#    sequential scans: what a crash lost from the WAL, the primary's
+#    recovery prunes and logs again (docs/design.md, "WAL").
 #
 # AMRTREE_CRASH_ROUNDS=N adds N rounds at randomly chosen points and hit
 # counts, for soak runs; AMRTREE_CRASH_ONLY=regex keeps only the points
@@ -31,8 +36,9 @@ use AmrTree;
 
 my $started = time;
 my $on_disk = ($ENV{AMRTREE_CRASH_POOL} // '') eq 'disk';
-# wal_level = replica, PostgreSQL's default (the TAP default is minimal)
-my $node = amr_node('matrix', ($on_disk ? (pool => undef) : ()), conf => ($on_disk ? "wal_level = replica\n" : '') . q{
+# wal_level = replica, PostgreSQL's default (the TAP default is minimal),
+# and WAL kept for the standby across the crashes' checkpoints
+my $node = amr_node('matrix', ($on_disk ? (pool => undef) : ()), init => { allows_streaming => 1 }, conf => q{
 restart_after_crash = on
 autovacuum = off
 amrtree.scan_interval = 100ms
@@ -41,8 +47,21 @@ amrtree.demote_threshold = 1
 amrtree.ssd_size = 128MB
 log_min_messages = warning
 log_statement = none
+wal_keep_size = 512MB
 });
 $node->start;
+
+# the standby: from a backup taken before any index, with a pool of its own
+$node->backup('b');
+my $standby = PostgreSQL::Test::Cluster->new('matrix_standby');
+$standby->init_from_backup($node, 'b', has_streaming => 1);
+$standby->append_conf('postgresql.conf',
+	"amrtree.pmem_path = '" . amr_pool_path('matrix_standby') . "'\n"
+	  . "amrtree.ssd_path = '" . PostgreSQL::Test::Utils::tempdir() . "/standby.slots'\n")
+  unless $on_disk;
+unlink amr_pool_path('matrix_standby');
+$standby->start;
+
 $node->safe_psql('postgres', 'CREATE EXTENSION amrtree');
 amr_load_porto($node, 'trips', 30000, 11);
 $node->safe_psql('postgres', q{
@@ -243,9 +262,9 @@ my @selective_ops = ('&&', '~=', '@>', '<@');
 
 sub parity
 {
-	my ($ops) = @_;
+	my ($ops, $on) = @_;
 	my $list = join(', ', map { "('$_')" } @$ops);
-	my $res = $node->safe_psql('postgres', qq{
+	my $res = ($on || $node)->safe_psql('postgres', qq{
 SELECT count(*) FILTER (WHERE amr_ids('trips', op, qb, true) <> amr_ids('trips', op, qb, false)),
        sum(cardinality(amr_ids('trips', op, qb, false)))
 FROM (VALUES $list) o(op), amr_windows});
@@ -282,6 +301,22 @@ SELECT p.leaf_ids_used - coalesce(s.leaves, 0) FROM amrtree_pool_stats() p, s});
 	# (slots against leaves: amrtree_check, under the lock that keeps the
 	# tier manager's in-flight copies out of the count)
 	$ok &&= is($leak, '0', "$what: the pool holds exactly the indexes' leaves");
+
+	# the standby, caught up: the same live entries in every leaf
+	$node->wait_for_catchup($standby);
+	my $logged = $node->safe_psql('postgres', q{
+SELECT string_agg(c.relname, ' ' ORDER BY c.relname) FROM pg_class c JOIN pg_am a ON a.oid = c.relam
+WHERE a.amname = 'amrtree' AND c.relpersistence = 'p'});
+	for my $i (split / /, $logged)
+	{
+		my $leaves = qq{SELECT md5(coalesce(string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid), ''))
+FROM amrtree_leaf_entries('$i') WHERE NOT dead};
+		my ($ret, $out, $err) = $standby->psql('postgres', $leaves);
+		$ok &&= is($ret == 0 ? $out : $err, $node->safe_psql('postgres', $leaves),
+			"$what: standby: every leaf of $i holds the live entries it holds on the primary");
+	}
+	($mismatch, $rows) = parity([@selective_ops], $standby);
+	$ok &&= is($mismatch, 0, "$what: standby: the selective strategies agree with a sequential scan ($rows rows)");
 	return $ok;
 }
 
@@ -395,6 +430,7 @@ for my $m (@matrix)
 }
 
 check_all('after all rounds', 0, 1);
+$standby->stop;
 cmp_ok($crashes, '>=', 50, "$crashes crashes injected") unless $soak || defined $only;
 note sprintf('%d crashes in %d rounds, %.0f s', $crashes, $round, time - $started);
 $node->stop;
