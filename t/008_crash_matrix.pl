@@ -13,9 +13,9 @@
 #    phantom), and
 #  - the pool holds exactly the leaves of the existing indexes;
 #  - a streaming standby (its own pool, replaying since before the first
-#    index existed), once caught up, holds in every leaf the live entries
-#    the primary's leaf holds, and its index scans agree with its
-#    sequential scans: what a crash lost from the WAL, the primary's
+#    index existed), once caught up, passes amrtree_check, holds in every
+#    leaf the live entries the primary's leaf holds, and its index scans
+#    agree with its sequential scans: what a crash lost from the WAL, the primary's
 #    recovery prunes and logs again (docs/design.md, "WAL").
 #
 # AMRTREE_CRASH_ROUNDS=N adds N rounds at randomly chosen points and hit
@@ -309,6 +309,8 @@ SELECT string_agg(c.relname, ' ' ORDER BY c.relname) FROM pg_class c JOIN pg_am 
 WHERE a.amname = 'amrtree' AND c.relpersistence = 'p'});
 	for my $i (split / /, $logged)
 	{
+		my ($cret, $cout, $cerr) = $standby->psql('postgres', "SELECT amrtree_check('$i')");
+		$ok &&= is($cret == 0 ? $cout : $cerr, 't', "$what: standby: amrtree_check('$i')");
 		my $leaves = qq{SELECT md5(coalesce(string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid), ''))
 FROM amrtree_leaf_entries('$i') WHERE NOT dead};
 		my ($ret, $out, $err) = $standby->psql('postgres', $leaves);
