@@ -56,10 +56,9 @@ $node->backup('b');
 my $standby = PostgreSQL::Test::Cluster->new('matrix_standby');
 $standby->init_from_backup($node, 'b', has_streaming => 1);
 $standby->append_conf('postgresql.conf',
-	"amrtree.pmem_path = '" . amr_pool_path('matrix_standby') . "'\n"
+	"amrtree.pmem_path = '" . amr_forget_pool(amr_pool_path('matrix_standby')) . "'\n"
 	  . "amrtree.ssd_path = '" . PostgreSQL::Test::Utils::tempdir() . "/standby.slots'\n")
   unless $on_disk;
-unlink amr_pool_path('matrix_standby');
 $standby->start;
 
 $node->safe_psql('postgres', 'CREATE EXTENSION amrtree');

@@ -51,8 +51,7 @@ my $standby = PostgreSQL::Test::Cluster->new('standby');
 $standby->init_from_backup($primary, 'b', has_streaming => 1);
 my $slots = PostgreSQL::Test::Utils::tempdir() . '/standby.slots';
 $standby->append_conf('postgresql.conf',
-	"amrtree.pmem_path = '" . amr_pool_path('standby') . "'\namrtree.ssd_path = '$slots'\n");
-unlink amr_pool_path('standby');
+	"amrtree.pmem_path = '" . amr_forget_pool(amr_pool_path('standby')) . "'\namrtree.ssd_path = '$slots'\n");
 $standby->start;
 
 # one leaf on the SSD tier (a budget below one leaf, held to by inserts

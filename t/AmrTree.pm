@@ -12,7 +12,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-our @EXPORT = qw(amr_node amr_pool_path amr_load_porto amr_setup_parity
+our @EXPORT = qw(amr_node amr_pool_path amr_forget_pool amr_load_porto amr_setup_parity
   amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server
   amr_wait_for_crash_restart);
 
@@ -24,6 +24,16 @@ sub amr_pool_path
 {
 	my ($name) = @_;
 	return "/dev/shm/$tag-$name.pool";
+}
+
+# A pool path for a server amr_node did not make (a standby made from a
+# backup, given a pool of its own): removed now, and when the test ends.
+sub amr_forget_pool
+{
+	my ($path) = @_;
+	unlink $path;
+	push @pools, $path;
+	return $path;
 }
 
 # A node with amrtree preloaded.  Options: pool => path (default on

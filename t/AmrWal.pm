@@ -18,11 +18,9 @@ use AmrTree;
 
 our @EXPORT = qw(amrwal_primary amrwal_scripts amrwal_setup amrwal_windows amrwal_query amrwal_parity
   amrwal_digest amrwal_heap_digest amrwal_same_digest amrwal_check amrwal_shape
-  amrwal_start_load amrwal_stop_load amrwal_load_ok amrwal_forget_pool
+  amrwal_start_load amrwal_stop_load amrwal_load_ok
   amrwal_child_pids amrwal_wait_pids_gone amrwal_startup_pid
   amrwal_explain amrwal_pm_pid amrwal_catchup);
-
-my @pools;
 
 # The strategies a parity check runs on every window; the others (which
 # match large parts of the table) run on every $all_every-th window.
@@ -412,15 +410,6 @@ sub amrwal_load_ok
 	cmp_ok($r->{tx}, '>=', $min_tx, "$what: $r->{tx} transactions in " . sprintf('%.0f s', $r->{seconds}));
 }
 
-# A pool file outside any data directory, removed at the end.
-sub amrwal_forget_pool
-{
-	my ($path) = @_;
-	unlink $path;
-	push @pools, $path;
-	return $path;
-}
-
 # The pids of a process's children.
 sub amrwal_child_pids
 {
@@ -497,9 +486,5 @@ SELECT '$target' <= replay_lsn AND state = 'streaming' FROM pg_stat_replication 
 	return 0;
 }
 
-END
-{
-	unlink $_ for @pools;
-}
 
 1;
