@@ -10,13 +10,13 @@
 #    slot or leaf leaked and that no tree lost its index),
 #  - every strategy returns the rows a sequential scan returns,
 #  - after VACUUM an index-only scan counts exactly the heap's rows (no
-#    phantom), and
-#  - the pool holds exactly the leaves of the existing indexes;
+#    phantom),
+#  - the pool holds exactly the leaves of the existing indexes, and
 #  - a streaming standby (its own pool, replaying since before the first
 #    index existed), once caught up, passes amrtree_check, holds in every
 #    leaf the live entries the primary's leaf holds, and its index scans
-#    agree with its sequential scans: what a crash lost from the WAL, the primary's
-#    recovery prunes and logs again (docs/design.md, "WAL").
+#    agree with its sequential scans: what a crash lost from the WAL, the
+#    primary's recovery prunes and logs again (docs/design.md, "WAL").
 #
 # AMRTREE_CRASH_ROUNDS=N adds N rounds at randomly chosen points and hit
 # counts, for soak runs; AMRTREE_CRASH_ONLY=regex keeps only the points
