@@ -53,12 +53,17 @@ $node->start;
 
 # the standby: from a backup taken before any index, with a pool of its own
 $node->backup('b');
-my $standby = PostgreSQL::Test::Cluster->new('matrix_standby');
-$standby->init_from_backup($node, 'b', has_streaming => 1);
-$standby->append_conf('postgresql.conf',
-	"amrtree.pmem_path = '" . amr_forget_pool(amr_pool_path('matrix_standby')) . "'\n"
-	  . "amrtree.ssd_path = '" . PostgreSQL::Test::Utils::tempdir() . "/standby.slots'\n")
-  unless $on_disk;
+my $standby;
+if ($on_disk)
+{
+	# the backup's copies, written back as the primary's are
+	$standby = PostgreSQL::Test::Cluster->new('matrix_standby');
+	$standby->init_from_backup($node, 'b', has_streaming => 1);
+}
+else
+{
+	$standby = amr_standby_own_pool($node, 'b', 'matrix_standby');
+}
 $standby->start;
 
 $node->safe_psql('postgres', 'CREATE EXTENSION amrtree');

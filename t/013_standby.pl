@@ -88,11 +88,8 @@ $standby->init_from_backup($primary, 'b1', has_streaming => 1);
 $standby->start;
 
 # (b): same backup, but a new pool and slot file, not the backup's copies
-my $pool2 = amr_forget_pool(amr_pool_path('standby2'));
-my $slots2 = PostgreSQL::Test::Utils::tempdir() . '/standby2.slots';
-my $standby2 = PostgreSQL::Test::Cluster->new('standby2');
-$standby2->init_from_backup($primary, 'b1', has_streaming => 1);
-$standby2->append_conf('postgresql.conf', "amrtree.pmem_path = '$pool2'\namrtree.ssd_path = '$slots2'\n");
+my $standby2 = amr_standby_own_pool($primary, 'b1', 'standby2');
+my $pool2 = amr_pool_path('standby2');
 $standby2->start;
 
 sleep 2;

@@ -47,11 +47,7 @@ CREATE EXTENSION amrtree;
 CREATE TABLE s (id int, b box);
 CREATE TABLE filler (x int, pad text);});
 $primary->backup('b');
-my $standby = PostgreSQL::Test::Cluster->new('standby');
-$standby->init_from_backup($primary, 'b', has_streaming => 1);
-my $slots = PostgreSQL::Test::Utils::tempdir() . '/standby.slots';
-$standby->append_conf('postgresql.conf',
-	"amrtree.pmem_path = '" . amr_forget_pool(amr_pool_path('standby')) . "'\namrtree.ssd_path = '$slots'\n");
+my $standby = amr_standby_own_pool($primary, 'b', 'standby');
 $standby->start;
 
 # one leaf on the SSD tier (a budget below one leaf, held to by inserts

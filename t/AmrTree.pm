@@ -12,7 +12,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-our @EXPORT = qw(amr_node amr_pool_path amr_forget_pool amr_load_porto amr_setup_parity
+our @EXPORT = qw(amr_node amr_pool_path amr_forget_pool amr_standby_own_pool amr_load_porto amr_setup_parity
   amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server
   amr_wait_for_crash_restart);
 
@@ -34,6 +34,20 @@ sub amr_forget_pool
 	unlink $path;
 	push @pools, $path;
 	return $path;
+}
+
+# A streaming standby of $primary made from its backup $backup, with a pool
+# (amr_pool_path($name)) and a slot file of its own, new and outside its
+# data directory, instead of the backup's copies.  Not started.
+sub amr_standby_own_pool
+{
+	my ($primary, $backup, $name) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init_from_backup($primary, $backup, has_streaming => 1);
+	$node->append_conf('postgresql.conf',
+		"amrtree.pmem_path = '" . amr_forget_pool(amr_pool_path($name)) . "'\n"
+		  . "amrtree.ssd_path = '" . PostgreSQL::Test::Utils::tempdir() . "/$name.slots'\n");
+	return $node;
 }
 
 # A node with amrtree preloaded.  Options: pool => path (default on
