@@ -136,11 +136,14 @@ typedef AmrScanOpaqueData *AmrScanOpaque;
 #define ORDER_FAST_POINT_POINT	2	/* point_ops: point_distance(point, point) */
 
 /*
- * dist_bp's exact reproduction costs four segment projections, and most
- * entries fed to the queue are never reached.  So a box entry goes in under
- * a cheap lower bound (its float4 box's, which allows for dist_bp's fuzz;
- * amr_knn_add_entry_bound), and only when it reaches the head of the queue
- * is its distance computed (AMR_KNN_REFINE).
+ * Most entries fed to the queue are never reached: a LIMIT 10 reads a few
+ * leaves of some 75 entries.  So an entry goes in under a cheap lower bound
+ * -- the larger of its gaps to the query along the axes, no square root
+ * (amr_box_point_axis_bound, which allows for dist_bp's fuzz, and
+ * amr_point_point_axis_bound; amr_knn_add_entry_bound) -- and only when it
+ * reaches the head of the queue is its distance computed (AMR_KNN_REFINE):
+ * dist_bp's exact reproduction costs four segment projections, and either
+ * distance a hypot.
  */
 
 /* An entry an ordered scan fed to the search: what to return for it. */
@@ -926,21 +929,14 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 		{
 			AmrPoint	q = {so->order_box.xlo, so->order_box.ylo};
 
-			if (so->order_fast == ORDER_FAST_BOX_POINT)
-			{
-				AmrFBox		fb = amr_fbox_from_box(&en->key);
+			AmrPoint	k = {en->key.xlo, en->key.ylo};
 
-				distance = amr_fbox_point_lower_bound(&fb, &q);
-				amr_knn_add_entry_bound(&so->knn, distance, seq, so->nhits);
-				so->nhits++;
-				continue;
-			}
-			else
-			{
-				AmrPoint	k = {en->key.xlo, en->key.ylo};
-
-				distance = amr_dist_point_point(&k, &q);
-			}
+			distance = so->order_fast == ORDER_FAST_BOX_POINT ?
+				amr_box_point_axis_bound(&en->key, &q) :
+				amr_point_point_axis_bound(&k, &q);
+			amr_knn_add_entry_bound(&so->knn, distance, seq, so->nhits);
+			so->nhits++;
+			continue;
 		}
 		else if (so->order_exact)
 			distance = DatumGetFloat8(FunctionCall2Coll(&ok->sk_func, ok->sk_collation,
@@ -1001,9 +997,12 @@ knn_pop(IndexScanDesc scan, uint64 *payload, double *distance)
 			/* at the head under its bound: queue it under its distance */
 			const AmrKnnHit *hit = &so->hits[r.payload];
 			AmrPoint	q = {so->order_box.xlo, so->order_box.ylo};
+			AmrPoint	k = {hit->key.xlo, hit->key.ylo};
 
-			amr_knn_add_entry(&so->knn, amr_dist_box_point(&hit->key, &q), r.seq,
-							  r.payload, false);
+			amr_knn_add_entry(&so->knn, so->order_fast == ORDER_FAST_BOX_POINT ?
+							  amr_dist_box_point(&hit->key, &q) :
+							  amr_dist_point_point(&k, &q),
+							  r.seq, r.payload, false);
 			continue;
 		}
 		*payload = r.payload;

@@ -504,6 +504,18 @@ amr_dist_point_point(const AmrPoint *a, const AmrPoint *b)
 	return amr_pg_point_dt(a->x, a->y, b->x, b->y);
 }
 
+/*
+ * A lower bound of amr_dist_point_point(a, b) without its square root: the
+ * larger difference along the axes (pg_hypot(x, y) >= max(|x|, |y|)
+ * exactly; a NaN difference is ignored, and the distance is then NaN, which
+ * float8 orders last).
+ */
+static inline double
+amr_point_point_axis_bound(const AmrPoint *a, const AmrPoint *b)
+{
+	return fmax(fabs(a->x - b->x), fabs(a->y - b->y));
+}
+
 /* point_eq_point() of geo_ops.c: fuzzy, except that NaN must match NaN. */
 static inline bool
 amr_pg_point_eq(double x1, double y1, double x2, double y2)
@@ -737,6 +749,38 @@ amr_fbox_point_lower_bound(const AmrFBox *m, const AmrPoint *q)
 	slack_x = 1.0001e-6 + 0x1p-50 * (fabs(q->x) + fabs((double) m->xlo) +
 									 fabs((double) m->xhi));
 	return amr_gap_lower_bound(dx, dy, slack_x, slack_y);
+}
+
+/*
+ * A cheaper lower bound of amr_dist_box_point(b, q) for a key b (no NaN):
+ * the larger of the two gaps along the axes, which the distance is never
+ * below (pg_hypot(x, y) >= max(x, y) exactly), lowered to the other gap
+ * where PostgreSQL's fuzz may put the closest point off the box, as in
+ * amr_fbox_point_lower_bound.  No square root and no rounding to float4: an
+ * ordered scan queues every entry of a leaf it reads under this bound, and
+ * computes the distance only of those that reach the head of its queue.
+ */
+static inline double
+amr_box_point_axis_bound(const AmrBox *b, const AmrPoint *q)
+{
+	double		dx,
+				dy,
+				bound;
+
+	if (isnan(q->x) || isnan(q->y))
+		return 0.0;
+	dx = q->x < b->xlo ? b->xlo - q->x : (q->x > b->xhi ? q->x - b->xhi : 0.0);
+	dy = q->y < b->ylo ? b->ylo - q->y : (q->y > b->yhi ? q->y - b->yhi : 0.0);
+	bound = fmax(dx, dy);
+	if (bound == 0.0)
+		return 0.0;
+	/* Inf when a coordinate is infinite: then only the axis bound holds */
+	if (dy <= 1.0001e-6 + 0x1p-50 * (fabs(q->y) + fabs(b->ylo) + fabs(b->yhi)))
+		bound = dx;
+	if (dx <= 1.0001e-6 + 0x1p-50 * (fabs(q->x) + fabs(b->xlo) + fabs(b->xhi)) &&
+		dy < bound)
+		bound = dy;
+	return bound;
 }
 
 /*
