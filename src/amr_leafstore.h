@@ -102,12 +102,16 @@ extern uint64 amr_leaf_read(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf 
 typedef struct AmrReadAhead
 {
 	int			n;
+	MemoryContext cxt;			/* where the buffers go */
 	uint32		ids[AMR_READAHEAD_MAX];
 	uint64		words[AMR_READAHEAD_MAX];
-	AmrLeaf    *bufs[AMR_READAHEAD_MAX];
+	AmrLeaf    *bufs[AMR_READAHEAD_MAX];	/* NULL until first needed */
 } AmrReadAhead;
 
-/* Allocate the read-ahead buffers of a scan in the current memory context. */
+/*
+ * Set up a scan's read-ahead; its buffers (68 kB) are allocated in the
+ * current memory context when it first reads ahead, not before.
+ */
 extern void amr_readahead_init(AmrReadAhead *ra);
 
 /*
