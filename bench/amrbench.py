@@ -232,10 +232,13 @@ jit = off
         return sum(ms) / 1000.0
 
     def pgbench(self, scripts, clients, seconds=None, transactions=None,
-                defines=None, tag='run', logdir=None, gucs=None):
+                defines=None, tag='run', logdir=None, gucs=None, protocol=None):
         """Run pgbench; returns tps, transactions and per-transaction
-        latencies (ms).  gucs: settings for its sessions (PGOPTIONS)."""
+        latencies (ms).  gucs: settings for its sessions (PGOPTIONS);
+        protocol: pgbench's -M (default simple)."""
         cmd = [PG_BIN + '/pgbench', '-n', '-c', str(clients), '-j', str(clients)]
+        if protocol:
+            cmd += ['-M', protocol]
         if seconds is not None:
             cmd += ['-T', str(seconds)]
         else:
@@ -730,6 +733,20 @@ def cmd_compare(args):
                                    tag='q', logdir=os.path.join(cl.dir, 'pgbench-logs'))
                     qres.setdefault((label, cfg, am), []).append(r)
             report_runs(res, out, qres, label, configs)
+        # the same two smallest windows through prepared statements: no
+        # parse or plan per query, as an application that prepares its
+        # statements sees them (docs/evaluation.md, the coastline misses)
+        for sel in sels[:2]:
+            label = 'range %s prepared' % pct(sel)
+            defs = {'hw': windows[sel][0], 'hh': windows[sel][1], 'n': ncenters}
+            for rnd in range(rounds):
+                for cfg, am in rotated(series, rnd):
+                    cl = clusters[cfg]
+                    r = cl.pgbench([table_script(cl, 'range.sql', 'trips_' + am)], clients,
+                                   seconds=seconds, defines=defs, tag='q', protocol='prepared',
+                                   logdir=os.path.join(cl.dir, 'pgbench-logs'))
+                    qres.setdefault((label, cfg, am), []).append(r)
+            report_runs(res, out, qres, label, configs)
         # the two smallest windows: where the per-query and per-row costs
         # that every index pays are most of the time
         for sel in sels[:2]:
@@ -995,6 +1012,18 @@ ANALYZE bench_probes;""")
     finally:
         for cl in clusters.values():
             cl.remove()
+
+
+def table_script(cl, name, tbl):
+    """A copy of bench/scripts/<name> in the cluster's directory with :tbl
+    written in: a prepared statement cannot take a table name as a
+    parameter."""
+    with open(os.path.join(SCRIPTS, name)) as fh:
+        text = fh.read()
+    path = os.path.join(cl.dir, '%s-%s' % (tbl, name))
+    with open(path, 'w') as fh:
+        fh.write(text.replace(':tbl', tbl))
+    return path
 
 
 def measure_floor(clusters, configs, window, sel, ncenters, rounds, seconds,
