@@ -62,6 +62,7 @@ static const char *const fault_points[] = {
 	"vacuum:after_image_persisted",
 	"vacuum:after_switch",
 	"vacuum:before_mark_dead",
+	"vacuum:before_marks_stored",
 	"vacuum:after_mark_dead",
 	"promote:before_copy",
 	"promote:after_copy_persisted",
@@ -108,12 +109,15 @@ static const char *const fault_conditions[] = {
  * Pauses do not crash either: the process that reaches one (the N-th time,
  * as for a crash point) creates the file amrtree_fault_paused in the data
  * directory and waits until the file is removed -- cancellably where it
- * holds no lock, asleep inside a critical section (move:after_logged).  A
+ * holds no lock, asleep inside a critical section (move:after_logged,
+ * append:before_store, vacuum:after_marks_logged).  A
  * test waits for the file, acts from another session, and removes it.
  */
 static const char *const fault_pauses[] = {
 	"vacuum:before_removal",	/* VACUUM read a leaf with entries to remove */
 	"move:after_logged",		/* a move logged whole, its switch not made */
+	"append:before_store",		/* an append logged, its entry not stored */
+	"vacuum:after_marks_logged",	/* dead marks logged, not made */
 	NULL
 };
 

@@ -526,6 +526,7 @@ amr_leaf_append(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *leaf,
 		else
 			stamped.insert_lsn = amr_wal_append(t, leaf_id, leaf->hdr.version, pos, e);
 		AMR_FAULT_POINT("append:after_logged");
+		AMR_FAULT_POINT("append:before_store");	/* a pause, for t/024 */
 	}
 
 	/*
@@ -576,6 +577,8 @@ amr_leaf_mark_dead_many(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *lea
 		 * their boxes' queries whatever rows later take their heap slots.
 		 */
 		amr_lt_stamp(&amr_store, leaf_id, lsn);
+		AMR_FAULT_POINT("vacuum:after_marks_logged");	/* a pause, for t/024 */
+		AMR_FAULT_POINT("vacuum:before_marks_stored");
 	}
 	/* independent 2-byte stores: one msync for the leaf on a disk pool */
 	amr_persist_batch_begin();

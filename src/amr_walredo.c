@@ -26,8 +26,12 @@
  * record older than its page's LSN.  Replaying it anyway would reset the
  * leaf to an older state while leaves changed after it keep their newer
  * one: a split whose record was lost would leave its right half holding
- * entries the reset left half holds again.  What lies beyond the replayed
- * WAL is found and logged again after recovery (amr_reconcile.c).
+ * entries the reset left half holds again.  The exception is a change made
+ * in place, which keeps the version: an append or dead marks logged as the
+ * leaf's whole image (its first change after a checkpoint) is applied as
+ * its delta record would be (redo_full_image_in_place).  What lies beyond
+ * the replayed WAL is found and logged again after recovery
+ * (amr_reconcile.c).
  *
  * A base backup, archive recovery and a standby replay over a copy, which
  * may be torn but holds no change whose record the replay does not reach
@@ -94,6 +98,10 @@ static MemoryContext redo_cxt = NULL;
 
 /* Leaf buffers (4 KiB aligned) kept across records. */
 static AmrLeaf *redo_buf[3];
+
+static void apply_append(AmrTree *t, uint32 leaf_id, uint32 pos, const AmrLeafEntry *e);
+static void apply_dead_marks(AmrTree *t, uint32 leaf_id, const uint16 *pos, int npos,
+							 XLogRecPtr lsn);
 
 /* The tree the current record is about, to mark broken if replay fails. */
 static int32 redo_tree_no = -1;
@@ -481,6 +489,46 @@ leaf_id_fits(AmrTree *t, uint32 leaf_id)
 	return false;
 }
 
+/*
+ * Crash recovery, a FULL image (an append's or VACUUM's dead marks, logged
+ * whole) of a leaf at the version the record names: apply its change as
+ * the delta record would have -- the entry at its fresh position
+ * (apply_append tells by the position whether it got in), or the dead
+ * marks (which stay set).
+ */
+static void
+redo_full_image_in_place(AmrTree *t, const xl_amr_image *h, const char *entries,
+						 XLogRecPtr lsn)
+{
+	if (h->fresh_pos != AMR_NO_FRESH_ENTRY)
+	{
+		AmrLeafEntry e;
+
+		if (h->fresh_pos >= h->nentries)
+			return;
+		memcpy(&e, entries + (Size) h->fresh_pos * sizeof(AmrLeafEntry), sizeof(e));
+		e.insert_lsn = lsn;
+		apply_append(t, h->leaf_id, h->fresh_pos, &e);
+	}
+	else
+	{
+		uint16		pos[AMR_LEAF_CAPACITY];
+		int			npos = 0;
+		int			i;
+
+		for (i = 0; i < h->nentries && i < AMR_LEAF_CAPACITY; i++)
+		{
+			AmrLeafEntry e;
+
+			memcpy(&e, entries + (Size) i * sizeof(AmrLeafEntry), sizeof(e));
+			if (e.flags & AMR_ENTRY_FLAG_DEAD)
+				pos[npos++] = (uint16) i;
+		}
+		if (npos > 0)
+			apply_dead_marks(t, h->leaf_id, pos, npos, lsn);
+	}
+}
+
 static void
 redo_images(XLogReaderState *record)
 {
@@ -504,6 +552,20 @@ redo_images(XLogReaderState *record)
 			return;
 		if (already_has(t, h.leaf_id, h.version, true))
 		{
+			/*
+			 * An append or dead marks logged as the leaf's whole image (its
+			 * first change after a checkpoint) leave the version as it was,
+			 * so an equal version does not say whether the change got in
+			 * before the crash.  Skipped, an entry cut off between its
+			 * record and its store stayed out of this pool while a standby
+			 * took it from the image, and outlived its heap tuple there.
+			 */
+			if (x->kind == AMR_IMAGE_FULL && !already_has(t, h.leaf_id, h.version, false))
+			{
+				redo_full_image_in_place(t, &h, data + off, record->EndRecPtr);
+				if (amr_store.tree_records[t->tree_no].flags & AMR_TREE_FLAG_BROKEN)
+					return;
+			}
 			off += (Size) h.nentries * sizeof(AmrLeafEntry);
 			continue;
 		}
@@ -581,38 +643,21 @@ append_has_happened(const AmrLeafEntry *cur, XLogRecPtr lsn)
 	return cur->insert_lsn == lsn && !(cur->flags & AMR_ENTRY_FLAG_DEAD);
 }
 
+/*
+ * Put entry e (its WAL position set) at position pos of a leaf of t, unless
+ * the leaf has it already or something written after it (see
+ * append_has_happened): in place on PMEM, as the primary did it, or as a new
+ * image of an SSD leaf.
+ */
 static void
-redo_append(XLogReaderState *record)
+apply_append(AmrTree *t, uint32 leaf_id, uint32 pos, const AmrLeafEntry *e)
 {
 	AmrStore   *s = &amr_store;
-	xl_amr_append xbuf;
-	xl_amr_append *x = &xbuf;
-	AmrTree    *t;
-	AmrLeafEntry e;
-	bool		nulls;
-	AmrFBox		box;
-	uint32		leaf_id;
+	bool		nulls = (e->flags & AMR_ENTRY_FLAG_NULL) != 0;
+	AmrFBox		box = amr_entry_fbox(e);
 	uint64		word;
 	AmrLeaf    *img = redo_buf[0];
 	AmrLeaf    *leaf;
-
-	/* 70 bytes logged: copy them out aligned */
-	memset(&xbuf, 0, sizeof(xbuf));
-	memcpy(&xbuf, XLogRecGetData(record), Min(XLogRecGetDataLen(record), SizeOfXlAmrAppend));
-	t = redo_tree(&x->tree);
-	memset(&e, 0, sizeof(e));
-	e.key = x->key;
-	e.tid_blk_hi = x->tid_blk_hi;
-	e.tid_blk_lo = x->tid_blk_lo;
-	e.tid_off = x->tid_off;
-	e.flags = x->flags;
-	nulls = (e.flags & AMR_ENTRY_FLAG_NULL) != 0;
-	box = amr_entry_fbox(&e);
-	leaf_id = x->leaf_id;
-
-	if (t == NULL || !leaf_id_fits(t, leaf_id) || already_has(t, leaf_id, x->version, false))
-		return;
-	e.insert_lsn = record->EndRecPtr;
 
 	if ((leaf = lock_pmem_leaf(t, leaf_id, &word)) != NULL)
 	{
@@ -620,29 +665,29 @@ redo_append(XLogReaderState *record)
 		uint64		n = leaf->hdr.nentries;
 		AmrFBox		old_box = amr_lt_mbr(s, leaf_id, word);
 
-		if (x->pos < n && append_has_happened(&leaf->entries[x->pos], e.insert_lsn))
+		if (pos < n && append_has_happened(&leaf->entries[pos], e->insert_lsn))
 			;					/* this leaf has seen the record */
-		else if (x->pos > n || x->pos >= AMR_LEAF_CAPACITY)
+		else if (pos > n || pos >= AMR_LEAF_CAPACITY)
 		{
 			unlock_pmem_leaf(t, leaf_id);
 			redo_broken(t, psprintf("an entry goes to position %u of leaf %u, which has %u",
-									x->pos, leaf_id, (unsigned) n));
+									pos, leaf_id, (unsigned) n));
 			return;
 		}
 		else
 		{
 			AMR_FAULT_POINT("redo:before_append");
 			widen_above(t, leaf_id, nulls, &old_box, &box);
-			if (x->pos == n)
+			if (pos == n)
 			{
-				amr_leaf_append_pmem(s, leaf_id, leaf, &e, &box);
+				amr_leaf_append_pmem(s, leaf_id, leaf, e, &box);
 				amr_counter_add(&t->nentries, 1);
 			}
 			else
 			{
-				bool		was_dead = (leaf->entries[x->pos].flags & AMR_ENTRY_FLAG_DEAD) != 0;
+				bool		was_dead = (leaf->entries[pos].flags & AMR_ENTRY_FLAG_DEAD) != 0;
 
-				amr_leaf_reuse_dead_pmem(s, leaf_id, leaf, x->pos, &e, &box);
+				amr_leaf_reuse_dead_pmem(s, leaf_id, leaf, pos, e, &box);
 				if (was_dead)
 					amr_counter_add(&t->nentries, 1);
 			}
@@ -656,42 +701,67 @@ redo_append(XLogReaderState *record)
 	word = read_leaf(t, leaf_id, img, "an entry's record");
 	if (word == 0)
 		return;
-	if (x->pos < img->hdr.nentries && append_has_happened(&img->entries[x->pos], e.insert_lsn))
+	if (pos < img->hdr.nentries && append_has_happened(&img->entries[pos], e->insert_lsn))
 		return;
-	if (x->pos > img->hdr.nentries || x->pos >= AMR_LEAF_CAPACITY)
+	if (pos > img->hdr.nentries || pos >= AMR_LEAF_CAPACITY)
 	{
 		redo_broken(t, psprintf("an entry goes to position %u of leaf %u, which has %u",
-								x->pos, leaf_id, (unsigned) img->hdr.nentries));
+								pos, leaf_id, (unsigned) img->hdr.nentries));
 		return;
 	}
-	img->entries[x->pos] = e;
-	if (x->pos == img->hdr.nentries)
+	img->entries[pos] = *e;
+	if (pos == img->hdr.nentries)
 		img->hdr.nentries++;
 	replace_leaf(t, leaf_id, img);
 }
 
 static void
-redo_mark_dead(XLogReaderState *record)
+redo_append(XLogReaderState *record)
 {
-	xl_amr_mark_dead *x = (xl_amr_mark_dead *) XLogRecGetData(record);
-	const uint16 *pos = (const uint16 *) ((char *) x + sizeof(xl_amr_mark_dead));
-	AmrTree    *t = redo_tree(&x->tree);
-	uint32		leaf_id = x->leaf_id;
+	xl_amr_append xbuf;
+	xl_amr_append *x = &xbuf;
+	AmrTree    *t;
+	AmrLeafEntry e;
+
+	/* 70 bytes logged: copy them out aligned */
+	memset(&xbuf, 0, sizeof(xbuf));
+	memcpy(&xbuf, XLogRecGetData(record), Min(XLogRecGetDataLen(record), SizeOfXlAmrAppend));
+	t = redo_tree(&x->tree);
+	memset(&e, 0, sizeof(e));
+	e.key = x->key;
+	e.tid_blk_hi = x->tid_blk_hi;
+	e.tid_blk_lo = x->tid_blk_lo;
+	e.tid_off = x->tid_off;
+	e.flags = x->flags;
+
+	if (t == NULL || !leaf_id_fits(t, x->leaf_id) ||
+		already_has(t, x->leaf_id, x->version, false))
+		return;
+	e.insert_lsn = record->EndRecPtr;
+	apply_append(t, x->leaf_id, x->pos, &e);
+}
+
+/*
+ * Mark dead the entries at positions pos[] of a leaf of t that are live and
+ * older than the record ending at lsn (an entry appended at a reused
+ * position since is newer, and not the one the record meant).
+ */
+static void
+apply_dead_marks(AmrTree *t, uint32 leaf_id, const uint16 *pos, int npos, XLogRecPtr lsn)
+{
 	uint64		word;
 	AmrLeaf    *img = redo_buf[0];
 	AmrLeaf    *leaf;
 	int			i;
 
-	if (t == NULL || !leaf_id_fits(t, leaf_id) || already_has(t, leaf_id, x->version, false))
-		return;
 	if ((leaf = lock_pmem_leaf(t, leaf_id, &word)) != NULL)
 	{
 		uint64		marked = 0;
 
-		for (i = 0; i < x->npos; i++)
+		for (i = 0; i < npos; i++)
 			if (pos[i] < leaf->hdr.nentries &&
 				!(leaf->entries[pos[i]].flags & AMR_ENTRY_FLAG_DEAD) &&
-				leaf->entries[pos[i]].insert_lsn <= record->EndRecPtr)
+				leaf->entries[pos[i]].insert_lsn <= lsn)
 			{
 				amr_leaf_mark_dead(leaf, pos[i]);
 				marked++;
@@ -705,10 +775,23 @@ redo_mark_dead(XLogReaderState *record)
 	word = read_leaf(t, leaf_id, img, "a VACUUM record");
 	if (word == 0)
 		return;
-	for (i = 0; i < x->npos; i++)
-		if (pos[i] < img->hdr.nentries && img->entries[pos[i]].insert_lsn <= record->EndRecPtr)
+	for (i = 0; i < npos; i++)
+		if (pos[i] < img->hdr.nentries && img->entries[pos[i]].insert_lsn <= lsn)
 			img->entries[pos[i]].flags |= AMR_ENTRY_FLAG_DEAD;
 	replace_leaf(t, leaf_id, img);
+}
+
+static void
+redo_mark_dead(XLogReaderState *record)
+{
+	xl_amr_mark_dead *x = (xl_amr_mark_dead *) XLogRecGetData(record);
+	const uint16 *pos = (const uint16 *) ((char *) x + sizeof(xl_amr_mark_dead));
+	AmrTree    *t = redo_tree(&x->tree);
+
+	if (t == NULL || !leaf_id_fits(t, x->leaf_id) ||
+		already_has(t, x->leaf_id, x->version, false))
+		return;
+	apply_dead_marks(t, x->leaf_id, pos, x->npos, record->EndRecPtr);
 }
 
 /*

@@ -164,6 +164,7 @@ my @matrix = (
 	[ 'vacuum:after_switch', 'vacuum' ],
 	[ 'vacuum:after_switch:6', 'vacuum' ],
 	[ 'vacuum:pmem_full,vacuum:before_mark_dead', 'vacuum' ],
+	[ 'vacuum:pmem_full,vacuum:before_marks_stored', 'vacuum' ],
 	[ 'vacuum:pmem_full,vacuum:after_mark_dead:5', 'vacuum' ],
 	[ 'promote:before_copy', 'tier' ],
 	[ 'promote:after_copy_persisted', 'tier' ],

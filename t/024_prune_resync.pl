@@ -28,6 +28,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
+use Time::HiRes qw(usleep);
 use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
 use AmrTree;
 
@@ -234,6 +235,110 @@ $leaves = q{SELECT string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid)
 FROM amrtree_leaf_entries('v_b') WHERE NOT dead};
 is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves),
 	'standby: every leaf holds the live entries it holds on the primary');
+
+# --- 4. An append logged as its leaf's whole image, cut off before its store
+#
+# The first change of a leaf after a checkpoint is logged as the leaf's
+# whole image, new entry included, and an append leaves the leaf's version
+# as it was.  Here that record reaches the disk (another session commits
+# while the inserting backend waits between the record and the store), and
+# the backend crashes before the store.  Crash recovery must put the entry
+# in, as the standby does from the image: skipped because the version was
+# already there, the entry stayed out of the primary's pool, the primary's
+# VACUUM never marked it dead on the standby, and there the row that took
+# the aborted row's heap slot was returned for the aborted row's box.
+# The table's rows fill two leaves, and the row that takes the aborted
+# row's heap slot goes to the other one: no change of the aborted row's
+# leaf after recovery logs it whole by chance.
+$primary->safe_psql('postgres', q{
+CREATE TABLE a (id int, b box);
+CREATE INDEX a_b ON a USING amrtree (b);
+INSERT INTO a SELECT g, box(point(g, g), point(g + 0.5, g + 0.5)) FROM generate_series(1, 50) g;
+INSERT INTO a SELECT g, box(point(1000 + g, g), point(1000.5 + g, g + 0.5)) FROM generate_series(51, 100) g;
+INSERT INTO filler SELECT g, repeat('x', 100) FROM generate_series(1, 3000) g;
+CHECKPOINT;});
+is($primary->safe_psql('postgres', q{SELECT (SELECT leaves FROM amrtree_index_stats('a_b')) || ' ' || (SELECT max(ctid) FROM a)}),
+	'2 (0,100)', 'two leaves; the rows fill the first heap page up to (0,100)');
+$primary->wait_for_catchup($standby);
+my $paused = $primary->data_dir . '/amrtree_fault_paused';
+$log_at = -s $primary->logfile;
+my ($ain, $aout) = ('', '');
+my $inserter = IPC::Run::start(
+	[ 'psql', '-XAtq', '-d', $primary->connstr('postgres'), '-f', '-' ],
+	'<', \$ain, '>', \$aout, '2>&1');
+$ain .= q{
+SET amrtree.fault_injection = 'append:before_store,append:before_entry';
+INSERT INTO a VALUES (101, box '((60,60),(60.5,60.5))');
+};
+my $waited = 0;
+$inserter->pump_nb, usleep(50_000), $waited++ until -e $paused || $waited > 600;
+ok(-e $paused, 'the insert paused between its entry\'s record and the store');
+$primary->safe_psql('postgres', q{INSERT INTO filler VALUES (0, 'flushes the WAL')});
+unlink $paused;
+$inserter->finish;
+amr_wait_for_crash_restart($primary, $log_at) or die 'the primary did not come back';
+like(slurp_file($primary->logfile, $log_at), qr/aborting at "append:before_entry"/,
+	'and crashed before the store');
+unlink $primary->data_dir . '/amrtree_fault_fired';
+is($primary->safe_psql('postgres', q{SELECT count(*) FROM amrtree_leaf_entries('a_b') WHERE NOT dead}),
+	101, 'primary: crash recovery put in the entry of the whole-image record');
+is($primary->safe_psql('postgres', q{SELECT amrtree_check('a_b')}), 't', 'primary: amrtree_check');
+$primary->safe_psql('postgres', q{
+VACUUM (INDEX_CLEANUP ON) a;
+INSERT INTO a VALUES (200, box '((1060,60),(1060.5,60.5))');
+VACUUM a;});
+is($primary->safe_psql('postgres', q{SELECT ctid FROM a WHERE id = 200}), '(0,101)',
+	'a new row, in the other leaf, took the aborted row\'s heap slot');
+$primary->wait_for_catchup($standby);
+$query = q{SELECT count(*) FROM a WHERE b && box '((59,59),(61,61))'};
+is($standby->safe_psql('postgres', "SET enable_seqscan = off; SET enable_bitmapscan = off; $query"),
+	0, 'standby: an amrtree index-only scan does not return the new row for the aborted row\'s box');
+$leaves = q{SELECT string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid)
+FROM amrtree_leaf_entries('a_b') WHERE NOT dead};
+is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves),
+	'standby: the leaf holds the live entries it holds on the primary');
+
+# --- 5. Dead marks logged as their leaf's whole image, cut off before them
+#
+# The same for VACUUM's dead marks made in place (no slot free for a
+# rewrite, simulated: vacuum:pmem_full): the record, the leaf's whole image
+# with the marks, reaches the disk, and VACUUM crashes before making them.
+# Crash recovery must make them, as the standby does from the image.
+$primary->safe_psql('postgres', q{
+CREATE TABLE d (id int, b box);
+CREATE INDEX d_b ON d USING amrtree (b);
+INSERT INTO d SELECT g, box(point(g, g), point(g + 0.5, g + 0.5)) FROM generate_series(1, 40) g;
+DELETE FROM d WHERE id <= 10;
+INSERT INTO filler SELECT g, repeat('x', 100) FROM generate_series(1, 3000) g;
+CHECKPOINT;});
+$primary->wait_for_catchup($standby);
+$log_at = -s $primary->logfile;
+($ain, $aout) = ('', '');
+my $vacuum = IPC::Run::start(
+	[ 'psql', '-XAtq', '-d', $primary->connstr('postgres'), '-f', '-' ],
+	'<', \$ain, '>', \$aout, '2>&1');
+$ain .= q{
+SET amrtree.fault_injection = 'vacuum:pmem_full,vacuum:after_marks_logged,vacuum:before_marks_stored';
+VACUUM (INDEX_CLEANUP ON) d;
+};
+$waited = 0;
+$vacuum->pump_nb, usleep(50_000), $waited++ until -e $paused || $waited > 600;
+ok(-e $paused, 'VACUUM paused between its dead marks\' record and the marks');
+$primary->safe_psql('postgres', q{INSERT INTO filler VALUES (0, 'flushes the WAL')});
+unlink $paused;
+$vacuum->finish;
+amr_wait_for_crash_restart($primary, $log_at) or die 'the primary did not come back';
+like(slurp_file($primary->logfile, $log_at), qr/aborting at "vacuum:before_marks_stored"/,
+	'and crashed before the marks');
+unlink $primary->data_dir . '/amrtree_fault_fired';
+is($primary->safe_psql('postgres', q{SELECT count(*) FILTER (WHERE dead) || ' ' || count(*) FROM amrtree_leaf_entries('d_b')}),
+	'10 40', 'primary: crash recovery made the dead marks of the whole-image record');
+is($primary->safe_psql('postgres', q{SELECT amrtree_check('d_b')}), 't', 'primary: amrtree_check');
+$primary->wait_for_catchup($standby);
+$leaves = q{SELECT string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid)
+FROM amrtree_leaf_entries('d_b') WHERE NOT dead};
+is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves),
+	'standby: the leaf holds the live entries it holds on the primary');
 
 $standby->stop;
 $primary->stop;
