@@ -236,6 +236,32 @@ FROM amrtree_leaf_entries('v_b') WHERE NOT dead};
 is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves),
 	'standby: every leaf holds the live entries it holds on the primary');
 
+# Run $sql in a session of its own that pauses at $pause, right after its
+# WAL record; make another session's commit flush that record; then let it
+# go on to crash at $crash, before its change, and wait for the restart.
+sub crash_after_durable_record
+{
+	my ($sql, $pause, $crash, $who, $record, $change) = @_;
+	my $paused = $primary->data_dir . '/amrtree_fault_paused';
+	my $at = -s $primary->logfile;
+	my ($in, $out) = ('', '');
+	my $session = IPC::Run::start(
+		[ 'psql', '-XAtq', '-d', $primary->connstr('postgres'), '-f', '-' ],
+		'<', \$in, '>', \$out, '2>&1');
+	$in .= "SET amrtree.fault_injection = '$pause,$crash';\n$sql;\n";
+	my $waited = 0;
+	$session->pump_nb, usleep(50_000), $waited++ until -e $paused || $waited > 600;
+	ok(-e $paused, "$who paused between $record and $change");
+	$primary->safe_psql('postgres', q{INSERT INTO filler VALUES (0, 'flushes the WAL')});
+	unlink $paused;
+	$session->finish;
+	amr_wait_for_crash_restart($primary, $at) or die 'the primary did not come back';
+	like(slurp_file($primary->logfile, $at), qr/aborting at "\Q$crash\E"/,
+		"and crashed before $change");
+	unlink $primary->data_dir . '/amrtree_fault_fired';
+	return;
+}
+
 # --- 4. An append logged as its leaf's whole image, cut off before its store
 #
 # The first change of a leaf after a checkpoint is logged as the leaf's
@@ -260,26 +286,8 @@ CHECKPOINT;});
 is($primary->safe_psql('postgres', q{SELECT (SELECT leaves FROM amrtree_index_stats('a_b')) || ' ' || (SELECT max(ctid) FROM a)}),
 	'2 (0,100)', 'two leaves; the rows fill the first heap page up to (0,100)');
 $primary->wait_for_catchup($standby);
-my $paused = $primary->data_dir . '/amrtree_fault_paused';
-$log_at = -s $primary->logfile;
-my ($ain, $aout) = ('', '');
-my $inserter = IPC::Run::start(
-	[ 'psql', '-XAtq', '-d', $primary->connstr('postgres'), '-f', '-' ],
-	'<', \$ain, '>', \$aout, '2>&1');
-$ain .= q{
-SET amrtree.fault_injection = 'append:before_store,append:before_entry';
-INSERT INTO a VALUES (101, box '((60,60),(60.5,60.5))');
-};
-my $waited = 0;
-$inserter->pump_nb, usleep(50_000), $waited++ until -e $paused || $waited > 600;
-ok(-e $paused, 'the insert paused between its entry\'s record and the store');
-$primary->safe_psql('postgres', q{INSERT INTO filler VALUES (0, 'flushes the WAL')});
-unlink $paused;
-$inserter->finish;
-amr_wait_for_crash_restart($primary, $log_at) or die 'the primary did not come back';
-like(slurp_file($primary->logfile, $log_at), qr/aborting at "append:before_entry"/,
-	'and crashed before the store');
-unlink $primary->data_dir . '/amrtree_fault_fired';
+crash_after_durable_record(q{INSERT INTO a VALUES (101, box '((60,60),(60.5,60.5))')},
+	'append:before_store', 'append:before_entry', 'an insert', 'its entry\'s record', 'the store');
 is($primary->safe_psql('postgres', q{SELECT count(*) FROM amrtree_leaf_entries('a_b') WHERE NOT dead}),
 	101, 'primary: crash recovery put in the entry of the whole-image record');
 is($primary->safe_psql('postgres', q{SELECT amrtree_check('a_b')}), 't', 'primary: amrtree_check');
@@ -312,25 +320,9 @@ DELETE FROM d WHERE id <= 10;
 INSERT INTO filler SELECT g, repeat('x', 100) FROM generate_series(1, 3000) g;
 CHECKPOINT;});
 $primary->wait_for_catchup($standby);
-$log_at = -s $primary->logfile;
-($ain, $aout) = ('', '');
-my $vacuum = IPC::Run::start(
-	[ 'psql', '-XAtq', '-d', $primary->connstr('postgres'), '-f', '-' ],
-	'<', \$ain, '>', \$aout, '2>&1');
-$ain .= q{
-SET amrtree.fault_injection = 'vacuum:pmem_full,vacuum:after_marks_logged,vacuum:before_marks_stored';
-VACUUM (INDEX_CLEANUP ON) d;
-};
-$waited = 0;
-$vacuum->pump_nb, usleep(50_000), $waited++ until -e $paused || $waited > 600;
-ok(-e $paused, 'VACUUM paused between its dead marks\' record and the marks');
-$primary->safe_psql('postgres', q{INSERT INTO filler VALUES (0, 'flushes the WAL')});
-unlink $paused;
-$vacuum->finish;
-amr_wait_for_crash_restart($primary, $log_at) or die 'the primary did not come back';
-like(slurp_file($primary->logfile, $log_at), qr/aborting at "vacuum:before_marks_stored"/,
-	'and crashed before the marks');
-unlink $primary->data_dir . '/amrtree_fault_fired';
+crash_after_durable_record(q{VACUUM (INDEX_CLEANUP ON) d},
+	'vacuum:pmem_full,vacuum:after_marks_logged', 'vacuum:before_marks_stored', 'VACUUM',
+	'its dead marks\' record', 'the marks');
 is($primary->safe_psql('postgres', q{SELECT count(*) FILTER (WHERE dead) || ' ' || count(*) FROM amrtree_leaf_entries('d_b')}),
 	'10 40', 'primary: crash recovery made the dead marks of the whole-image record');
 is($primary->safe_psql('postgres', q{SELECT amrtree_check('d_b')}), 't', 'primary: amrtree_check');
