@@ -51,6 +51,15 @@ $primary->backup('b');
 my $standby = amr_standby_own_pool($primary, 'b', 'standby');
 $standby->start;
 
+# The standby's live entries of an index, leaf by leaf, are the primary's.
+sub standby_holds_primary_entries
+{
+	my ($index, $name) = @_;
+	my $leaves = qq{SELECT string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid)
+FROM amrtree_leaf_entries('$index') WHERE NOT dead};
+	return is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves), $name);
+}
+
 # one leaf on the SSD tier (a budget below one leaf, held to by inserts
 # too), filled to capacity
 $primary->safe_psql('postgres', q{
@@ -117,9 +126,7 @@ for my $scan ([ 'index scan', 'SET enable_seqscan = off; SET enable_bitmapscan =
 	is($standby->safe_psql('postgres', "$scan->[1] $query"), "$capacity|$capacity",
 		"standby: an amrtree $scan->[0] returns every committed row once");
 }
-my $leaves = q{SELECT string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid)
-FROM amrtree_leaf_entries('s_b') WHERE NOT dead};
-is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves),
+standby_holds_primary_entries('s_b',
 	'standby: every leaf holds the entries it holds on the primary');
 
 # --- 2. A move after a split whose record is lost
@@ -184,9 +191,7 @@ $primary->wait_for_catchup($standby);
 $query = q{SELECT count(*), count(DISTINCT id) FROM m WHERE b && box '((-1,-1),(100,100))'};
 is($standby->safe_psql('postgres', "SET enable_seqscan = off; SET enable_bitmapscan = off; $query"),
 	"$capacity|$capacity", 'standby: an amrtree index scan returns every committed row once');
-$leaves = q{SELECT string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid)
-FROM amrtree_leaf_entries('m_b') WHERE NOT dead};
-is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves),
+standby_holds_primary_entries('m_b',
 	'standby: every leaf holds the entries it holds on the primary');
 
 # --- 3. Entries marked dead in place, the record lost
@@ -231,9 +236,7 @@ $primary->wait_for_catchup($standby);
 $query = q{SELECT count(*) FROM v WHERE b && box '((0,0),(100,100))'};
 is($standby->safe_psql('postgres', "SET enable_seqscan = off; SET enable_bitmapscan = off; $query"),
 	40, 'standby: an amrtree index scan returns the 40 live rows of the window, none of the new ones');
-$leaves = q{SELECT string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid)
-FROM amrtree_leaf_entries('v_b') WHERE NOT dead};
-is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves),
+standby_holds_primary_entries('v_b',
 	'standby: every leaf holds the live entries it holds on the primary');
 
 # Run $sql in a session of its own that pauses at $pause, right after its
@@ -301,9 +304,7 @@ $primary->wait_for_catchup($standby);
 $query = q{SELECT count(*) FROM a WHERE b && box '((59,59),(61,61))'};
 is($standby->safe_psql('postgres', "SET enable_seqscan = off; SET enable_bitmapscan = off; $query"),
 	0, 'standby: an amrtree index-only scan does not return the new row for the aborted row\'s box');
-$leaves = q{SELECT string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid)
-FROM amrtree_leaf_entries('a_b') WHERE NOT dead};
-is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves),
+standby_holds_primary_entries('a_b',
 	'standby: the leaf holds the live entries it holds on the primary');
 
 # --- 5. Dead marks logged as their leaf's whole image, cut off before them
@@ -327,9 +328,7 @@ is($primary->safe_psql('postgres', q{SELECT count(*) FILTER (WHERE dead) || ' ' 
 	'10 40', 'primary: crash recovery made the dead marks of the whole-image record');
 is($primary->safe_psql('postgres', q{SELECT amrtree_check('d_b')}), 't', 'primary: amrtree_check');
 $primary->wait_for_catchup($standby);
-$leaves = q{SELECT string_agg(leaf_id || ':' || tid, ' ' ORDER BY leaf_id, tid)
-FROM amrtree_leaf_entries('d_b') WHERE NOT dead};
-is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves),
+standby_holds_primary_entries('d_b',
 	'standby: the leaf holds the live entries it holds on the primary');
 
 $standby->stop;
