@@ -60,6 +60,17 @@ FROM amrtree_leaf_entries('$index') WHERE NOT dead};
 	return is($standby->safe_psql('postgres', $leaves), $primary->safe_psql('postgres', $leaves), $name);
 }
 
+# Once the standby has caught up, what an amrtree index scan there (no
+# sequential or bitmap scan) returns for $query.
+sub standby_index_scan_is
+{
+	my ($query, $expected, $name) = @_;
+	$primary->wait_for_catchup($standby);
+	return is($standby->safe_psql('postgres',
+			"SET enable_seqscan = off; SET enable_bitmapscan = off; $query"),
+		$expected, $name);
+}
+
 # one leaf on the SSD tier (a budget below one leaf, held to by inserts
 # too), filled to capacity
 $primary->safe_psql('postgres', q{
@@ -187,9 +198,8 @@ ok($primary->wait_for_log(qr/dropped 1 entries inserted beyond it/, $log_at),
 	'recovery pruned the lost entry');
 is($primary->safe_psql('postgres', q{SELECT amrtree_check('m_b')}), 't', 'primary: amrtree_check');
 
-$primary->wait_for_catchup($standby);
-$query = q{SELECT count(*), count(DISTINCT id) FROM m WHERE b && box '((-1,-1),(100,100))'};
-is($standby->safe_psql('postgres', "SET enable_seqscan = off; SET enable_bitmapscan = off; $query"),
+standby_index_scan_is(
+	q{SELECT count(*), count(DISTINCT id) FROM m WHERE b && box '((-1,-1),(100,100))'},
 	"$capacity|$capacity", 'standby: an amrtree index scan returns every committed row once');
 standby_holds_primary_entries('m_b',
 	'standby: every leaf holds the entries it holds on the primary');
@@ -232,9 +242,7 @@ INSERT INTO v SELECT 200 + g, box(point(1060 + g, g), point(1060.5 + g, g + 0.5)
   FROM generate_series(1, 10) g;});
 is($primary->safe_psql('postgres', q{SELECT count(*) FROM v WHERE ctid <= '(0,10)' AND id > 200}), 10,
 	'the new rows took the vacuumed rows\' heap slots');
-$primary->wait_for_catchup($standby);
-$query = q{SELECT count(*) FROM v WHERE b && box '((0,0),(100,100))'};
-is($standby->safe_psql('postgres', "SET enable_seqscan = off; SET enable_bitmapscan = off; $query"),
+standby_index_scan_is(q{SELECT count(*) FROM v WHERE b && box '((0,0),(100,100))'},
 	40, 'standby: an amrtree index scan returns the 40 live rows of the window, none of the new ones');
 standby_holds_primary_entries('v_b',
 	'standby: every leaf holds the live entries it holds on the primary');
@@ -300,9 +308,7 @@ INSERT INTO a VALUES (200, box '((1060,60),(1060.5,60.5))');
 VACUUM a;});
 is($primary->safe_psql('postgres', q{SELECT ctid FROM a WHERE id = 200}), '(0,101)',
 	'a new row, in the other leaf, took the aborted row\'s heap slot');
-$primary->wait_for_catchup($standby);
-$query = q{SELECT count(*) FROM a WHERE b && box '((59,59),(61,61))'};
-is($standby->safe_psql('postgres', "SET enable_seqscan = off; SET enable_bitmapscan = off; $query"),
+standby_index_scan_is(q{SELECT count(*) FROM a WHERE b && box '((59,59),(61,61))'},
 	0, 'standby: an amrtree index-only scan does not return the new row for the aborted row\'s box');
 standby_holds_primary_entries('a_b',
 	'standby: the leaf holds the live entries it holds on the primary');
