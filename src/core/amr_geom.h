@@ -676,10 +676,35 @@ amr_dist_box_point(const AmrBox *b, const AmrPoint *q)
 }
 
 /*
+ * How much of a gap along one axis PostgreSQL's fuzz may absorb, for a query
+ * coordinate q and a box's edges lo, hi: EPSILON plus the rounding of their
+ * magnitudes (Inf when one is infinite: then only the other axis's gap is a
+ * bound).
+ */
+static inline double
+amr_fuzz_slack(double q, double lo, double hi)
+{
+	return 1.0001e-6 + 0x1p-50 * (fabs(q) + fabs(lo) + fabs(hi));
+}
+
+/*
+ * A distance bound for gaps dx, dy along the axes, lowered for the fuzz:
+ * where one gap is within its slack, only the other axis's gap is a bound.
+ */
+static inline double
+amr_fuzz_lowered(double bound, double dx, double dy, double slack_x, double slack_y)
+{
+	if (dy <= slack_y && dx < bound)
+		bound = dx;
+	if (dx <= slack_x && dy < bound)
+		bound = dy;
+	return bound;
+}
+
+/*
  * The distance bound for gaps dx, dy along the axes (a float4 box's to the
  * query), allowing for PostgreSQL's fuzz: slack_x, slack_y are how much of
- * each gap the fuzz may absorb, so where one gap is within its slack only
- * the other axis's gap is a bound.
+ * each gap the fuzz may absorb (amr_fuzz_lowered).
  */
 static inline double
 amr_gap_lower_bound(double dx, double dy, double slack_x, double slack_y)
@@ -692,11 +717,7 @@ amr_gap_lower_bound(double dx, double dy, double slack_x, double slack_y)
 		bound = fmax(dx, dy);	/* no relative error bound near denormals */
 	else
 		bound = amr_pg_hypot(dx, dy) * (1.0 - 0x1p-48);
-	if (dy <= slack_y && dx < bound)
-		bound = dx;
-	if (dx <= slack_x && dy < bound)
-		bound = dy;
-	return bound;
+	return amr_fuzz_lowered(bound, dx, dy, slack_x, slack_y);
 }
 
 /*
@@ -743,11 +764,8 @@ amr_fbox_point_lower_bound(const AmrFBox *m, const AmrPoint *q)
 	else
 		dy = 0.0;
 
-	/* Inf when a coordinate is infinite: then only the axis bound holds */
-	slack_y = 1.0001e-6 + 0x1p-50 * (fabs(q->y) + fabs((double) m->ylo) +
-									 fabs((double) m->yhi));
-	slack_x = 1.0001e-6 + 0x1p-50 * (fabs(q->x) + fabs((double) m->xlo) +
-									 fabs((double) m->xhi));
+	slack_y = amr_fuzz_slack(q->y, (double) m->ylo, (double) m->yhi);
+	slack_x = amr_fuzz_slack(q->x, (double) m->xlo, (double) m->xhi);
 	return amr_gap_lower_bound(dx, dy, slack_x, slack_y);
 }
 
@@ -774,13 +792,8 @@ amr_box_point_axis_bound(const AmrBox *b, const AmrPoint *q)
 	bound = fmax(dx, dy);
 	if (bound == 0.0)
 		return 0.0;
-	/* Inf when a coordinate is infinite: then only the axis bound holds */
-	if (dy <= 1.0001e-6 + 0x1p-50 * (fabs(q->y) + fabs(b->ylo) + fabs(b->yhi)))
-		bound = dx;
-	if (dx <= 1.0001e-6 + 0x1p-50 * (fabs(q->x) + fabs(b->xlo) + fabs(b->xhi)) &&
-		dy < bound)
-		bound = dy;
-	return bound;
+	return amr_fuzz_lowered(bound, dx, dy, amr_fuzz_slack(q->x, b->xlo, b->xhi),
+							amr_fuzz_slack(q->y, b->ylo, b->yhi));
 }
 
 /*
@@ -820,10 +833,9 @@ amr_fbox_box_lower_bound(const AmrFBox *m, const AmrBox *q)
 	else
 		dy = 0.0;
 
-	slack_y = 1.0001e-6 + 0x1p-50 * (fabs(q->ylo) + fabs(q->yhi) + fabs((double) m->ylo) +
-									 fabs((double) m->yhi));
-	slack_x = 1.0001e-6 + 0x1p-50 * (fabs(q->xlo) + fabs(q->xhi) + fabs((double) m->xlo) +
-									 fabs((double) m->xhi));
+	/* the magnitudes of both of the query's edges */
+	slack_y = amr_fuzz_slack(fabs(q->ylo) + fabs(q->yhi), (double) m->ylo, (double) m->yhi);
+	slack_x = amr_fuzz_slack(fabs(q->xlo) + fabs(q->xhi), (double) m->xlo, (double) m->xhi);
 	bound = amr_gap_lower_bound(dx, dy, slack_x, slack_y);
 	/* a gap smaller than the slack may be PostgreSQL's fuzz: no bound */
 	if (bound <= fmax(slack_x, slack_y))
