@@ -227,9 +227,23 @@ read_ssd_image(Relation index, AmrTree *t, uint32 leaf_id, uint64 word, AmrLeaf 
 	return true;
 }
 
+static AmrLeaf *read_ahead_image(AmrReadAhead *ra, uint32 leaf_id, uint64 word);
+
 uint64
 amr_leaf_read(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *buf,
 			  uint64 *nsn, uint32 *rightlink)
+{
+	return amr_leaf_read_ahead(index, t, leaf_id, buf, nsn, rightlink, NULL);
+}
+
+/*
+ * An image read ahead is copied as it is: it does not go into the SSD
+ * cache, so a pass over the whole index (VACUUM) does not push out what
+ * scans keep there, as VACUUM's buffer ring spares shared buffers.
+ */
+uint64
+amr_leaf_read_ahead(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *buf,
+					uint64 *nsn, uint32 *rightlink, AmrReadAhead *ra)
 {
 	AmrStore   *s = &amr_store;
 	AmrLeafVolatile *v = &s->leaves[leaf_id];
@@ -259,6 +273,17 @@ amr_leaf_read(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *buf,
 			return word;
 		}
 		LWLockRelease(amr_leaf_lock(leaf_id));
+		if (ra != NULL)
+		{
+			const AmrLeaf *ahead = read_ahead_image(ra, leaf_id, word);
+
+			if (ahead != NULL)
+			{
+				amr_leaf_validate(index, t, leaf_id, word, ahead, true);
+				memcpy(buf, ahead, amr_leaf_image_bytes(ahead));
+				return word;
+			}
+		}
 		if (read_ssd_image(index, t, leaf_id, word, buf))
 			return word;
 	}

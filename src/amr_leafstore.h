@@ -127,6 +127,14 @@ extern void amr_readahead(AmrReadAhead *ra, Relation index, const uint32 *next, 
 extern void amr_readahead_reset(AmrReadAhead *ra);
 
 /*
+ * amr_leaf_read, taking an SSD image from "ra" when it was read ahead
+ * there under the leaf's current word (and leaving it out of the SSD cache).
+ */
+extern uint64 amr_leaf_read_ahead(Relation index, AmrTree *t, uint32 leaf_id,
+								  AmrLeaf *buf, uint64 *nsn, uint32 *rightlink,
+								  AmrReadAhead *ra);
+
+/*
  * A scan's copy of a leaf image held in DRAM or on PMEM, made under the
  * leaf lock in shared mode: the header and at least every entry the scan
  * could return (the rest may be left out, and nentries says how many were

@@ -17,6 +17,12 @@
  * When the pool has no free slot, dead entries are marked in place instead
  * (see below), so that VACUUM can always make room.
  *
+ * SSD leaves cost device I/O, so they go in groups: VACUUM reads the SSD
+ * leaves among the next ones in its list with one submission (read-ahead,
+ * kept out of the SSD cache), and writes the new images of up to
+ * VACUUM_SSD_BATCH leaves with one submission and one sync before it
+ * switches any of them (flush_ssd_rewrites).
+ *
  * Empty leaves are kept, like GiST before version 13: their inner entries
  * keep a box that still attracts inserts in that region.  REINDEX reclaims
  * the space.
@@ -150,24 +156,55 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 }
 
 /*
- * Rewrite an SSD leaf (whose image "snap" is immutable while its word is
- * "word"): write the survivors to a new slot with no lock held, then switch
- * if the word is unchanged.  Returns the number removed, or UINT64_MAX in
- * *kept_out if the leaf changed meanwhile (the caller looks again).
+ * SSD leaves are rewritten in batches of this many: their images are
+ * written with one submission and made durable with one sync before any of
+ * them is switched to.  One sync per leaf made VACUUM of an index whose
+ * leaves are mostly on SSD an order of magnitude slower than GiST's (1 %
+ * of a million rows deleted, 90 % of the leaves on SSD: 1.8 s against
+ * 0.12 s).
+ */
+#define VACUUM_SSD_BATCH 64
+
+/* An SSD leaf's image without its removed entries, not yet written. */
+typedef struct PendingRewrite
+{
+	uint32		leaf_id;
+	uint32		pushed;			/* the right link already queued for it */
+	uint64		word;			/* the word whose image "img" was made from */
+	uint64		removed;
+	AmrLeaf    *img;
+} PendingRewrite;
+
+/* One amrbulkdelete: its leaves, its batch and its counts. */
+typedef struct VacuumState
+{
+	Relation	index;
+	AmrTree    *t;
+	IndexBulkDeleteCallback callback;
+	void	   *callback_state;
+	AmrLeafList list;			/* leaves to visit, split halves appended */
+	uint64		start_nsn;
+	AmrLeaf    *snap;
+	AmrLeaf    *img;
+	AmrReadAhead ra;			/* SSD leaves of the list, read in groups */
+	PendingRewrite pending[VACUUM_SSD_BATCH];
+	int			npending;
+	double		tuples_removed;
+	double		kept_total;
+	uint32		visited;
+} VacuumState;
+
+/*
+ * The image of an SSD leaf ("snap", immutable while its word is "word")
+ * without the entries marked in gone[], with the next version stamped.
+ * Returns the number removed.
  */
 static uint64
-vacuum_ssd_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
-				const AmrLeaf *snap, AmrLeaf *img,
-				IndexBulkDeleteCallback callback, void *callback_state,
-				uint64 *kept_out)
+ssd_survivors(AmrTree *t, uint32 leaf_id, uint64 word, const AmrLeaf *snap,
+			  const bool *gone, AmrLeaf *img)
 {
-	AmrStore   *s = &amr_store;
-	AmrFBox		mbr;
 	uint64		i;
 	uint64		removed = 0;
-	uint32		tier;
-	uint32		slot;
-	bool		done = false;
 
 	amr_leaf_image_init(img, leaf_id, t->tree_no, t->generation,
 						AMR_WORD_VERSION(word) + 1,
@@ -175,17 +212,59 @@ vacuum_ssd_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 	for (i = 0; i < snap->hdr.nentries; i++)
 	{
 		const AmrLeafEntry *en = &snap->entries[i];
-		ItemPointerData tid;
 
 		if (en->flags & AMR_ENTRY_FLAG_DEAD)
 			continue;
-		memcpy(&tid, &en->tid_blk_hi, sizeof(tid));
-		if (!callback(&tid, callback_state))
-			img->entries[img->hdr.nentries++] = *en;
-		else
+		if (gone[i])
 			removed++;
+		else
+			img->entries[img->hdr.nentries++] = *en;
 	}
+	return removed;
+}
+
+/*
+ * Switch an SSD leaf to its durable new image in "slot" of "tier", if its
+ * word is still "word" (the commit point).  Returns whether it switched;
+ * the caller gives the slot back if not.  Caller holds the publish lock in
+ * shared mode.
+ */
+static bool
+ssd_switch(Relation index, AmrTree *t, uint32 leaf_id, uint64 word, uint32 tier,
+		   uint32 slot, const AmrLeaf *img, uint64 removed)
+{
+	AmrFBox		mbr;
+	bool		done = false;
+
 	mbr = (img->hdr.flags & AMR_LEAF_FLAG_NULLS) ? amr_fbox_empty() : amr_leaf_image_mbr(img);
+	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
+	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+	if (amr_lt_word(&amr_store, leaf_id) == word)
+	{
+		(void) amr_leaf_switch(index, t, leaf_id, tier, slot, &mbr, img, false,
+							   AMR_LOG_REWRITE);
+		AMR_FAULT_POINT("vacuum:after_switch");
+		amr_counter_sub(&t->nentries, removed);
+		done = true;
+	}
+	LWLockRelease(amr_leaf_lock(leaf_id));
+	LWLockRelease(amr_tree_lock(t));
+	return done;
+}
+
+/*
+ * Rewrite one SSD leaf at once, with a sync of its own: write "img" (made
+ * by ssd_survivors) to a new slot with no lock held, then switch if the
+ * word is unchanged.  The slot may come from the reserve or the other tier,
+ * so a full index can always be vacuumed.  Returns whether it switched.
+ */
+static bool
+vacuum_ssd_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
+				AmrLeaf *img, uint64 removed)
+{
+	uint32		tier;
+	uint32		slot;
+	bool		done;
 
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
 	amr_take_slot(index, AMR_SLOT_REPLACES, AMR_TIER_SSD, &tier, &slot);
@@ -194,18 +273,7 @@ vacuum_ssd_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 		AMR_FAULT_POINT("vacuum:before_image");
 		amr_leaf_write_image(index, tier, slot, img);
 		AMR_FAULT_POINT("vacuum:after_image_persisted");
-		LWLockAcquire(amr_tree_lock(t), LW_SHARED);
-		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
-		if (amr_lt_word(s, leaf_id) == word)
-		{
-			(void) amr_leaf_switch(index, t, leaf_id, tier, slot, &mbr, img, false,
-								   AMR_LOG_REWRITE);
-			AMR_FAULT_POINT("vacuum:after_switch");
-			amr_counter_sub(&t->nentries, removed);
-			done = true;
-		}
-		LWLockRelease(amr_leaf_lock(leaf_id));
-		LWLockRelease(amr_tree_lock(t));
+		done = ssd_switch(index, t, leaf_id, word, tier, slot, img, removed);
 	}
 	PG_CATCH();
 	{
@@ -216,29 +284,220 @@ vacuum_ssd_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 	if (!done)
 		amr_give_back_slot(tier, slot);
 	LWLockRelease(&amr_shared->publish_lock);
-	*kept_out = done ? img->hdr.nentries : UINT64_MAX;
-	return done ? removed : 0;
+	return done;
+}
+
+static void vacuum_leaf(VacuumState *vs, uint32 leaf_id, uint32 pushed, bool may_defer);
+
+/* Count a visited leaf; after a removal, wait for scans pinning its old image. */
+static void
+leaf_done(VacuumState *vs, uint32 leaf_id, uint64 removed, uint64 kept)
+{
+	if (removed > 0 && amr_sync_read(&vs->t->pinned) > 0)
+		amr_wait_for_unpin(vs->t, leaf_id);
+	vs->visited++;
+	vs->tuples_removed += removed;
+	vs->kept_total += kept;
+}
+
+/*
+ * Write the pending SSD rewrites with one submission and one sync, then
+ * switch each leaf whose word is unchanged.  Slots come only from outside
+ * the reserve and only from the SSD tier (AMR_SLOT_MIGRATES): a leaf that
+ * gets none, or that changed meanwhile, is done again on its own
+ * (vacuum_leaf without deferral), which may use the reserve -- by then the
+ * batch's switches have given back their old slots.
+ */
+static void
+flush_ssd_rewrites(VacuumState *vs)
+{
+	int			n = vs->npending;
+	/* what PG_CATCH reads is volatile: set after the setjmp */
+	volatile uint32 slots[VACUUM_SSD_BATCH];
+	volatile bool has_slot[VACUUM_SSD_BATCH];
+	bool		done[VACUUM_SSD_BATCH];
+	int			i;
+
+	if (n == 0)
+		return;
+	for (i = 0; i < n; i++)
+	{
+		has_slot[i] = false;
+		done[i] = false;
+	}
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	PG_TRY();
+	{
+		uint32		wslots[VACUUM_SSD_BATCH];
+		AmrLeaf    *imgs[VACUUM_SSD_BATCH];
+		int			nwrites = 0;
+
+		for (i = 0; i < n; i++)
+		{
+			uint32		tier;
+			uint32		slot;
+
+			if (!amr_try_take_slot(AMR_SLOT_MIGRATES, AMR_TIER_SSD, &tier, &slot))
+				continue;
+			slots[i] = slot;
+			has_slot[i] = true;
+			wslots[nwrites] = slot;
+			imgs[nwrites++] = vs->pending[i].img;
+		}
+		if (nwrites > 0)
+		{
+			AMR_FAULT_POINT("vacuum:before_image");
+			amr_leaf_write_ssd_batch(vs->index, wslots, imgs, nwrites);
+			AMR_FAULT_POINT("vacuum:after_image_persisted");
+		}
+		for (i = 0; i < n; i++)
+		{
+			PendingRewrite *p = &vs->pending[i];
+
+			if (!has_slot[i])
+				continue;
+			done[i] = ssd_switch(vs->index, vs->t, p->leaf_id, p->word, AMR_TIER_SSD,
+								 slots[i], p->img, p->removed);
+			if (done[i])
+				has_slot[i] = false;	/* the leaf's now */
+		}
+	}
+	PG_CATCH();
+	{
+		for (i = 0; i < n; i++)
+			if (has_slot[i])
+				amr_give_back_slot(AMR_TIER_SSD, slots[i]);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	for (i = 0; i < n; i++)
+		if (has_slot[i])
+			amr_give_back_slot(AMR_TIER_SSD, slots[i]);
+	LWLockRelease(&amr_shared->publish_lock);
+
+	vs->npending = 0;
+	for (i = 0; i < n; i++)
+	{
+		PendingRewrite *p = &vs->pending[i];
+
+		if (done[i])
+			leaf_done(vs, p->leaf_id, p->removed, p->img->hdr.nentries);
+		else
+			vacuum_leaf(vs, p->leaf_id, p->pushed, false);
+	}
+}
+
+/*
+ * Visit one leaf: follow what a split since the start moved to its right,
+ * and remove its entries whose rows VACUUM removes.  A PMEM leaf is
+ * rewritten (or marked) at once; an SSD leaf's new image joins the batch
+ * if may_defer, else it is written with a sync of its own.  "pushed" is the
+ * right link already queued for this leaf.
+ */
+static void
+vacuum_leaf(VacuumState *vs, uint32 leaf_id, uint32 pushed, bool may_defer)
+{
+	AmrTree    *t = vs->t;
+	AmrLeaf    *snap = vs->snap;
+
+	for (;;)
+	{
+		uint64		word;
+		uint64		nsn;
+		uint32		rightlink;
+		uint64		i;
+		uint64		removed = 0;
+		uint64		kept = 0;
+		bool		gone[AMR_LEAF_CAPACITY];
+
+		vacuum_delay_point();
+		word = amr_leaf_read_ahead(vs->index, t, leaf_id, snap, &nsn, &rightlink, &vs->ra);
+		if (word == 0)
+			return;
+		/* split since we collected the leaves: follow what moved */
+		if (nsn > vs->start_nsn && rightlink != AMR_INVALID_LEAF && rightlink != pushed)
+		{
+			pushed = rightlink;
+			amr_leaf_list_push(&vs->list, pushed, vacuum_realloc, NULL);
+		}
+
+		/* look first: most leaves need no rewrite */
+		for (i = 0; i < snap->hdr.nentries; i++)
+		{
+			ItemPointerData tid;
+
+			gone[i] = false;
+			if (snap->entries[i].flags & AMR_ENTRY_FLAG_DEAD)
+				continue;
+			memcpy(&tid, &snap->entries[i].tid_blk_hi, sizeof(tid));
+			gone[i] = vs->callback(&tid, vs->callback_state);
+			if (gone[i])
+				removed++;
+			else
+				kept++;
+		}
+		if (removed == 0)
+		{
+			leaf_done(vs, leaf_id, 0, kept);
+			return;
+		}
+
+		AMR_FAULT_POINT("vacuum:before_removal");
+		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
+		{
+			removed = vacuum_pmem_leaf(vs->index, t, leaf_id, word, vs->img,
+									   vs->callback, vs->callback_state, &kept);
+			if (kept == UINT64_MAX)
+				continue;		/* the leaf moved or changed: look again */
+		}
+		else if (may_defer)
+		{
+			PendingRewrite *p = &vs->pending[vs->npending];
+
+			if (p->img == NULL)
+				p->img = amr_alloc_leaf_buffer();
+			p->leaf_id = leaf_id;
+			p->pushed = pushed;
+			p->word = word;
+			p->removed = ssd_survivors(t, leaf_id, word, snap, gone, p->img);
+			if (++vs->npending == VACUUM_SSD_BATCH)
+				flush_ssd_rewrites(vs);
+			return;				/* counted when it is switched */
+		}
+		else
+		{
+			removed = ssd_survivors(t, leaf_id, word, snap, gone, vs->img);
+			if (!vacuum_ssd_leaf(vs->index, t, leaf_id, word, vs->img, removed))
+				continue;		/* the leaf changed: look again */
+			kept = vs->img->hdr.nentries;
+		}
+		leaf_done(vs, leaf_id, removed, kept);
+		return;
+	}
 }
 
 IndexBulkDeleteResult *
 amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 			  IndexBulkDeleteCallback callback, void *callback_state)
 {
-	Relation	index = info->index;
-	AmrTree    *t = amr_tree_open_for_write(index);
-	AmrLeafList list = {NULL, 0, 0};
-	uint64		start_nsn;
+	AmrTree    *t = amr_tree_open_for_write(info->index);
+	VacuumState *vs;
 	uint32		pos;
-	AmrLeaf    *snap = amr_alloc_leaf_buffer();
-	AmrLeaf    *img = amr_alloc_leaf_buffer();
-	double		kept_total = 0;
-	uint32		visited = 0;
 
 	if (stats == NULL)
 		stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
 	/* no tree (its pool is gone): nothing to remove until it is rebuilt */
 	if (t == NULL)
 		return stats;
+
+	vs = (VacuumState *) palloc0(sizeof(VacuumState));
+	vs->index = info->index;
+	vs->t = t;
+	vs->callback = callback;
+	vs->callback_state = callback_state;
+	vs->snap = amr_alloc_leaf_buffer();
+	vs->img = amr_alloc_leaf_buffer();
+	amr_readahead_init(&vs->ra);
 
 	/*
 	 * Removing an entry is durable in the pool at once, before its WAL
@@ -248,74 +507,30 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 	 * yet), and the heap's own pruning: a crash can then not resurrect a
 	 * row whose entry is gone.  See docs/design.md, "Removing entries".
 	 */
-	if (RelationNeedsWAL(index))
+	if (RelationNeedsWAL(info->index))
 		XLogFlush(amr_insert_lsn());
 
-	collect_all_leaves(t, &list, &start_nsn);
-	for (pos = 0; pos < list.n; pos++)
+	collect_all_leaves(t, &vs->list, &vs->start_nsn);
+	/* the list grows while we go (split halves, leaves done again) */
+	for (pos = 0;; pos++)
 	{
-		uint32		leaf_id = list.ids[pos];
-		uint32		pushed = AMR_INVALID_LEAF;
-
-		for (;;)
+		if (pos == vs->list.n)
 		{
-			uint64		word;
-			uint64		nsn;
-			uint32		rightlink;
-			uint64		i;
-			uint64		removed = 0;
-			uint64		kept = 0;
-
-			vacuum_delay_point();
-			word = amr_leaf_read(index, t, leaf_id, snap, &nsn, &rightlink);
-			if (word == 0)
+			flush_ssd_rewrites(vs);
+			if (pos == vs->list.n)
 				break;
-			/* split since we collected the leaves: follow what moved */
-			if (nsn > start_nsn && rightlink != AMR_INVALID_LEAF && rightlink != pushed)
-			{
-				pushed = rightlink;
-				amr_leaf_list_push(&list, pushed, vacuum_realloc, NULL);
-			}
-
-			/* look first: most leaves need no rewrite */
-			for (i = 0; i < snap->hdr.nentries; i++)
-			{
-				ItemPointerData tid;
-
-				if (snap->entries[i].flags & AMR_ENTRY_FLAG_DEAD)
-					continue;
-				memcpy(&tid, &snap->entries[i].tid_blk_hi, sizeof(tid));
-				if (callback(&tid, callback_state))
-					removed++;
-				else
-					kept++;
-			}
-			if (removed > 0)
-			{
-				AMR_FAULT_POINT("vacuum:before_removal");
-				if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
-					removed = vacuum_pmem_leaf(index, t, leaf_id, word, img, callback,
-											   callback_state, &kept);
-				else
-					removed = vacuum_ssd_leaf(index, t, leaf_id, word, snap, img,
-											  callback, callback_state, &kept);
-				if (kept == UINT64_MAX)
-					continue;	/* the leaf moved or changed: look again */
-				if (removed > 0 && amr_sync_read(&t->pinned) > 0)
-					amr_wait_for_unpin(t, leaf_id);
-			}
-			visited++;
-			stats->tuples_removed += removed;
-			kept_total += kept;
-			break;
 		}
+		/* one device submission for the SSD leaves among the next ones */
+		amr_readahead(&vs->ra, vs->index, &vs->list.ids[pos], vs->list.n - pos);
+		vacuum_leaf(vs, vs->list.ids[pos], AMR_INVALID_LEAF, true);
 	}
 
-	stats->num_index_tuples = kept_total;
-	stats->num_pages = visited + 1;
+	stats->tuples_removed += vs->tuples_removed;
+	stats->num_index_tuples = vs->kept_total;
+	stats->num_pages = vs->visited + 1;
 	stats->estimated_count = false;
-	if (list.ids)
-		pfree(list.ids);
+	if (vs->list.ids)
+		pfree(vs->list.ids);
 	return stats;
 }
 
