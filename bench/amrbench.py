@@ -972,6 +972,9 @@ ANALYZE bench_probes;""")
                 log('  %-17s %7.3f s%s  index cost %7.3f s = %6.2f us/row  WAL %6.1f B/row'
                     % (series_label(cfg, am), m, sd_note(sd, reps), cost, cost / bulk_rows * 1e6, w))
 
+        # -- VACUUM: the index's share of removing 1 % of the rows
+        measure_vacuum(clusters, configs, bulk_rows, reps, res, out, t0)
+
         # -- restart: a clean restart, then the first query that uses the index
         hw, hh = windows[sels[0]][0], windows[sels[0]][1]
         x, y = (float(v) for v in cl0.rows('SELECT x, y FROM bench_centers WHERE id = 1')[0])
@@ -1104,6 +1107,52 @@ def report_runs(res, out, qres, label, configs):
             for am in AMS if am in per)))
 
 
+# VACUUM's extra series: amrtree with 90 % of its leaves on the SSD tier
+VACUUM_SSD = 'amrtree_ssd90'
+VACUUM_DDL = dict(INDEX_DDL, **{
+    VACUUM_SSD: "CREATE INDEX {t}_b ON {t} USING amrtree (b) WITH (pmem_budget = '10%');\n"
+                "SELECT amrtree_settle('{t}_b', 0)"})
+
+
+def measure_vacuum(clusters, configs, nrows, reps, res, out, t0):
+    """VACUUM (INDEX_CLEANUP ON) after deleting every 100th row of a fresh,
+    frozen table of nrows rows; an index's cost is the time beyond VACUUM of
+    the same table without an index.  Also amrtree with 90 % of its leaves
+    on SSD, whose leaves VACUUM rewrites out of place."""
+    phase(t0, 'VACUUM (INDEX_CLEANUP ON) after deleting 1 %% of %d rows (every 100th id); '
+          'index cost = time beyond VACUUM without an index' % nrows)
+    ams = AMS + [VACUUM_SSD]
+    times = {(cfg, k): [] for cfg in configs for k in ['none'] + ams}
+    for rep in range(reps):
+        for cfg in configs:
+            cl = clusters[cfg]
+            for am in ['none'] + ams + ['none']:
+                cl.sql('DROP TABLE IF EXISTS vac;\n'
+                       'CREATE TABLE vac (id int, b box, t float8) WITH (autovacuum_enabled = off);\n'
+                       f'INSERT INTO vac SELECT * FROM src WHERE id <= {nrows}')
+                if am != 'none':
+                    cl.sql(VACUUM_DDL[am].format(t='vac'))
+                cl.sql('VACUUM (FREEZE, ANALYZE) vac')
+                cl.sql('DELETE FROM vac WHERE id % 100 = 7')
+                cl.sql('CHECKPOINT')
+                times[(cfg, am)].append(cl.timed('VACUUM (INDEX_CLEANUP ON, TRUNCATE off) vac'))
+            cl.sql('DROP TABLE vac; CHECKPOINT')
+    for cfg in configs:
+        base, base_sd = mean_sd(times[(cfg, 'none')])
+        r = out[cfg]
+        r['vacuum_s'] = {'none': base}
+        res.add(config=cfg, metric='vacuum', am='none', value=base, sd=base_sd, unit='s')
+        log('  %-30s %7.3f s%s' % ('no index/' + cfg, base, sd_note(base_sd, reps)))
+        for am in ams:
+            m, sd = mean_sd(times[(cfg, am)])
+            r['vacuum_s'][am] = m
+            res.add(config=cfg, metric='vacuum', am=am, value=m, sd=sd, unit='s')
+            res.add(config=cfg, metric='vacuum_index_cost', am=am, value=m - base, unit='s')
+            label = (series_label(cfg, 'amrtree') + ', 90 % on SSD') if am == VACUUM_SSD \
+                else series_label(cfg, am)
+            log('  %-30s %7.3f s%s  index cost %7.3f s' % (label, m, sd_note(sd, reps), m - base))
+
+
 def compare_ratio_lines(r):
     """(what, {am: value / GiST's}, target) for one configuration's results."""
     others = [am for am in AMS if am != 'gist']
@@ -1143,6 +1192,14 @@ def compare_ratio_lines(r):
     add('bulk-insert index cost (cost / GiST cost)',
         {am: bulk[am] - bulk['none'] for am in AMS}, '<= 0.5')
     add('bulk-insert WAL per row (bytes / GiST)', r['bulk_wal_per_row'], '<= 1')
+    if 'vacuum_s' in r:
+        v = r['vacuum_s']
+        add('VACUUM index cost, 1 % deleted (cost / GiST)',
+            {am: v[am] - v['none'] for am in AMS})
+        if VACUUM_SSD in v and 'gist' in v:
+            lines.append(('... amrtree with 90 % of leaves on SSD',
+                          {am: ratio(v[VACUUM_SSD] - v['none'], v['gist'] - v['none'])
+                           if am == 'amrtree' else None for am in others}, ''))
     add('restart to first query (time / GiST)',
         {am: v['to_first_result_s'] for am, v in r['restart'].items()})
     add('first query after restart (time / GiST)',

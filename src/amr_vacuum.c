@@ -73,8 +73,9 @@ collect_all_leaves(AmrTree *t, AmrLeafList *list, uint64 *start_nsn)
  */
 static uint64
 vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
-				 AmrLeaf *img, IndexBulkDeleteCallback callback,
-				 void *callback_state, uint64 *kept_out)
+				 const AmrLeaf *snap, const bool *gone, AmrLeaf *img,
+				 IndexBulkDeleteCallback callback, void *callback_state,
+				 uint64 *kept_out)
 {
 	AmrStore   *s = &amr_store;
 	AmrLeaf    *leaf;
@@ -110,12 +111,28 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 	for (i = 0; i < leaf->hdr.nentries; i++)
 	{
 		const AmrLeafEntry *en = &leaf->entries[i];
-		ItemPointerData tid;
+		bool		is_gone;
 
 		if (en->flags & AMR_ENTRY_FLAG_DEAD)
 			continue;
-		memcpy(&tid, &en->tid_blk_hi, sizeof(tid));
-		if (!callback(&tid, callback_state))
+
+		/*
+		 * What the look found, where the position still holds the entry it
+		 * looked at: appends add positions or reuse dead ones, and nothing
+		 * else changes a live entry in place.  Asking the callback again
+		 * for every entry was a third of an all-PMEM index's VACUUM.
+		 */
+		if (i < snap->hdr.nentries && !(snap->entries[i].flags & AMR_ENTRY_FLAG_DEAD) &&
+			memcmp(&en->tid_blk_hi, &snap->entries[i].tid_blk_hi, sizeof(ItemPointerData)) == 0)
+			is_gone = gone[i];
+		else
+		{
+			ItemPointerData tid;
+
+			memcpy(&tid, &en->tid_blk_hi, sizeof(tid));
+			is_gone = callback(&tid, callback_state);
+		}
+		if (!is_gone)
 			img->entries[kept++] = *en;
 		else
 			dead[removed++] = (uint16) i;
@@ -445,7 +462,7 @@ vacuum_leaf(VacuumState *vs, uint32 leaf_id, uint32 pushed, bool may_defer)
 		AMR_FAULT_POINT("vacuum:before_removal");
 		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 		{
-			removed = vacuum_pmem_leaf(vs->index, t, leaf_id, word, vs->img,
+			removed = vacuum_pmem_leaf(vs->index, t, leaf_id, word, snap, gone, vs->img,
 									   vs->callback, vs->callback_state, &kept);
 			if (kept == UINT64_MAX)
 				continue;		/* the leaf moved or changed: look again */

@@ -39,19 +39,32 @@ amr_leaf_image_init(AmrLeaf *img, uint32_t leaf_id, uint32_t tree_no,
 AmrFBox
 amr_leaf_image_mbr(const AmrLeaf *img)
 {
-	AmrFBox		acc = amr_fbox_empty();
+	AmrBox		acc = {INFINITY, INFINITY, -INFINITY, -INFINITY};
 	uint64_t	i;
 
+	/*
+	 * The union in float8, rounded outward once: rounding down (up) to
+	 * float4 is monotonic, so it commutes with min (max), and this equals
+	 * the union of the entries' rounded boxes (amr_fbox_from_box, NaN sides
+	 * infinite) at a quarter of the roundings.  The comparisons are written
+	 * so that a NaN coordinate widens its side to the infinity.
+	 */
 	for (i = 0; i < img->hdr.nentries; i++)
 	{
-		AmrFBox		b;
+		const AmrBox *k = &img->entries[i].key;
 
 		if (img->entries[i].flags & (AMR_ENTRY_FLAG_NULL | AMR_ENTRY_FLAG_DEAD))
 			continue;
-		b = amr_fbox_from_box(&img->entries[i].key);
-		amr_fbox_extend(&acc, &b);
+		if (!(k->xlo >= acc.xlo))
+			acc.xlo = isnan(k->xlo) ? -INFINITY : k->xlo;
+		if (!(k->ylo >= acc.ylo))
+			acc.ylo = isnan(k->ylo) ? -INFINITY : k->ylo;
+		if (!(k->xhi <= acc.xhi))
+			acc.xhi = isnan(k->xhi) ? INFINITY : k->xhi;
+		if (!(k->yhi <= acc.yhi))
+			acc.yhi = isnan(k->yhi) ? INFINITY : k->yhi;
 	}
-	return acc;
+	return amr_fbox_from_box(&acc);
 }
 
 /* ---- CRC-32C (Castagnoli), hardware when the CPU has SSE 4.2 ---- */

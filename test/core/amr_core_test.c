@@ -456,6 +456,57 @@ test_rstar_split(void)
 	return true;
 }
 
+/*
+ * amr_leaf_image_mbr rounds the float8 union once; it must equal the union
+ * of the entries' own rounded boxes, whatever the keys (NaN,
+ * infinite, huge, points, NULL and dead entries left out).
+ */
+static bool
+test_leaf_mbr_is_union(void)
+{
+	static AmrLeaf leaf;
+	int			round;
+
+	for (round = 0; round < 20000; round++)
+	{
+		int			n = (int) (rng_next() % (AMR_LEAF_CAPACITY + 1));
+		AmrFBox		want = amr_fbox_empty();
+		AmrFBox		got;
+		int			i;
+
+		amr_leaf_image_init(&leaf, 7, 1, 1, 3, false);
+		for (i = 0; i < n; i++)
+		{
+			Row			r = {random_box(row_kind()), false, (uint32_t) i};
+			uint64_t	pick = rng_next() % 100;
+
+			if (pick < 3)
+				r.b.xlo = NAN;
+			else if (pick < 6)
+				r.b.yhi = NAN;
+			else if (pick < 8)
+				r.b.ylo = r.b.xhi = NAN;
+			leaf.entries[i] = make_entry(&r);
+			if (pick >= 95)
+				leaf.entries[i].flags |= (pick & 1) ? AMR_ENTRY_FLAG_DEAD : AMR_ENTRY_FLAG_NULL;
+			if (!(leaf.entries[i].flags & (AMR_ENTRY_FLAG_NULL | AMR_ENTRY_FLAG_DEAD)))
+			{
+				AmrFBox		b = amr_fbox_from_box(&leaf.entries[i].key);
+
+				amr_fbox_extend(&want, &b);
+			}
+		}
+		leaf.hdr.nentries = n;
+		got = amr_leaf_image_mbr(&leaf);
+		/* == rather than memcmp: a union may keep 0 where the other keeps -0 */
+		CHECK(got.xlo == want.xlo && got.ylo == want.ylo && got.xhi == want.xhi &&
+			  got.yhi == want.yhi,
+			  "round %d, %d entries: (%a,%a,%a,%a) instead of (%a,%a,%a,%a)", round, n,
+			  got.xlo, got.ylo, got.xhi, got.yhi, want.xlo, want.ylo, want.xhi, want.yhi);
+	}
+	return true;
+}
+
 static bool
 test_checksum(void)
 {
@@ -1162,6 +1213,7 @@ main(void)
 		{"nan_keys_prune_safely", test_nan_keys_prune_safely},
 		{"rstar_split_balanced", test_rstar_split},
 		{"leaf_checksum", test_checksum},
+		{"leaf_mbr_is_union_of_rounded_keys", test_leaf_mbr_is_union},
 		{"bulk_pack_and_collect", test_bulk_pack},
 		{"point_pack_matches_box_pack", test_point_pack},
 		{"insert_split_search_rebuild", test_insert_and_search},
