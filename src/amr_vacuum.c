@@ -6,13 +6,12 @@
  * VACUUM visits every leaf (following split right links, as scans do, so a
  * split racing with VACUUM cannot hide dead entries from it: a leaf is
  * changed only if its word is still the one read with its split links, see
- * vacuum_pmem_leaf) and rewrites
- * each leaf that holds dead entries out of place: the surviving entries go
- * to a fresh slot, which is persisted, and switching the Leaf Table word is
- * the commit point; the old slot is returned only after the switch, under
- * the leaf lock, so no reader can still be reading it.  Then it waits for
- * scans that copied the old image and may still hand out its TIDs (see
- * amr_wait_for_unpin).
+ * vacuum_pmem_leaf) and rewrites each leaf that holds dead entries out of
+ * place: the surviving entries go to a fresh slot, which is persisted, and
+ * switching the Leaf Table word is the commit point; the old slot is
+ * returned only after the switch, under the leaf lock, so no reader can
+ * still be reading it.  Then it waits for scans that copied the old image
+ * and may still hand out its TIDs (see amr_wait_for_unpin).
  *
  * When the pool has no free slot, dead entries are marked in place instead
  * (see below), so that VACUUM can always make room.
