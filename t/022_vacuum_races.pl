@@ -132,8 +132,9 @@ is(round('vr_move', 'unlimited', '', 'move'), 'pmem', 'a PMEM leaf, moved to SSD
 
 # Many SSD leaves: VACUUM writes their new images in batches (one sync per
 # batch, amr_vacuum.c).  First alone, then while inserts into half of the
-# area split and change some of the leaves it has batched, so that their
-# switches find the word changed and are done again on their own.  Every
+# area split and change leaves, some of which it may have batched (a switch
+# that finds the word changed is done again on its own; vr_ssd above takes
+# that path every time, through its pause).  Every
 # dead entry must go, no slot may leak (amrtree_check compares the
 # allocator with the Leaf Table), and every access path must agree with a
 # sequential scan.
