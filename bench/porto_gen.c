@@ -73,8 +73,8 @@
 #define CITY_X		(-8.614)
 #define CITY_Y		41.158
 
-#define STEP_SECONDS	15			/* GPS sampling period */
-#define T0_SECONDS		636858		/* 63.6858: first fix time of the sample */
+#define STEP_SECONDS	15		/* GPS sampling period */
+#define T0_SECONDS		636858	/* 63.6858: first fix time of the sample */
 
 /*
  * Trip start clock: seconds per output row, and the spread of the per-trip
@@ -113,7 +113,7 @@
 #define P_CORNER			0.36
 #define CORNER_MIN_DEG		20.0
 #define CORNER_MAX_DEG		90.0
-#define P_SNAP				0.5		/* a corner turn lands on a main axis, */
+#define P_SNAP				0.5 /* a corner turn lands on a main axis, */
 #define P_SNAP_EW			0.65	/* east-west, else north-south */
 #define SNAP_SD_DEG			10.0
 #define HOMING				0.06	/* fraction of bearing error fixed/step */
@@ -184,12 +184,18 @@ typedef struct
 /* One output box in output units. */
 typedef struct
 {
-	int64_t		xmin, ymin, tmin, xmax, ymax, tmax;
+	int64_t		xmin,
+				ymin,
+				tmin,
+				xmax,
+				ymax,
+				tmax;
 } Box;
 
 typedef struct
 {
-	double		x, y;			/* degrees */
+	double		x,
+				y;				/* degrees */
 	double		weight;			/* cumulative, for Zipf-like sampling */
 } Stand;
 
@@ -198,7 +204,8 @@ typedef struct
 {
 	Rng			rng;
 	Stand		stands[N_STANDS];
-	double		x, y;			/* true position, degrees */
+	double		x,
+				y;				/* true position, degrees */
 	double		heading;		/* radians, in metric space */
 	double		logspeed;		/* log step length (m) deviation, AR(1) */
 	int64_t		t;				/* time of the current fix, seconds */
@@ -206,7 +213,8 @@ typedef struct
 	long		steps_left;		/* boxes left in the current trip */
 	long		stop_left;		/* fixes left in the current stop */
 	int			glitch_left;	/* fixes left in the current glitch */
-	double		glitch_dx, glitch_dy;	/* glitch offset, degrees */
+	double		glitch_dx,
+				glitch_dy;		/* glitch offset, degrees */
 	uint64_t	rows_done;		/* boxes emitted so far (drives the clock) */
 	int			started;
 } Walker;
@@ -263,7 +271,7 @@ rng_next(Rng *r)
 static inline double
 rng_uniform(Rng *r)
 {
-	return (double) (rng_next(r) >> 11) * 0x1.0p-53;
+	return (double) (rng_next(r) >> 11) * 1.1102230246251565e-16;	/* 2^-53 */
 }
 
 /* Uniform integer in [0, n), n > 0; bias is ~n / 2^53, irrelevant here. */
@@ -429,8 +437,8 @@ start_trip(Walker *w)
 		t = 0;
 
 	/*
-	 * The joining box must be recognisable by its time span: make sure it
-	 * is neither 0 s nor exactly one sampling step (15 s).
+	 * The joining box must be recognisable by its time span: make sure it is
+	 * neither 0 s nor exactly one sampling step (15 s).
 	 */
 	if (w->started)
 	{
@@ -499,7 +507,7 @@ walk_step(Walker *w)
 	if (rng_uniform(r) < P_CORNER)
 	{
 		double		a = CORNER_MIN_DEG +
-			(CORNER_MAX_DEG - CORNER_MIN_DEG) * rng_uniform(r);
+		(CORNER_MAX_DEG - CORNER_MIN_DEG) * rng_uniform(r);
 
 		w->heading += (rng_uniform(r) < 0.5 ? -a : a) * M_PI / 180.0;
 
@@ -523,8 +531,8 @@ walk_step(Walker *w)
 	{
 		/*
 		 * Taxis drive towards destinations, most of which are central; a
-		 * gentle pull keeps the walk concentrated like the real fixes
-		 * instead of diffusing evenly into the reflecting box.
+		 * gentle pull keeps the walk concentrated like the real fixes instead
+		 * of diffusing evenly into the reflecting box.
 		 */
 		double		ex = (CITY_X - w->x) * M_PER_DEG_X;
 		double		ey = (CITY_Y - w->y) * M_PER_DEG_Y;

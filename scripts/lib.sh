@@ -23,6 +23,7 @@ DEB_PACKAGES=(
 	"postgresql-${PG_MAJOR}-postgis-3"
 	libpmemobj-dev libpmem-dev liburing-dev libipc-run-perl
 	build-essential pkg-config perl python3 rsync procps
+	pg-bsd-indent
 )
 
 say() { printf '\n==> %s\n' "$*"; }

@@ -83,6 +83,20 @@ run_core() {
 	while read -r status name; do
 		record "core/$name" "$status"
 	done < <(grep -E '^(ok|FAIL) ' "$out" | sed -E 's/^(ok|FAIL) (.*)$/\1 \2/')
+
+	# the C sources are laid out as pgindent lays them out
+	if command -v pg_bsd_indent >/dev/null 2>&1; then
+		if "$AMR_ROOT/scripts/pgindent.sh" --check >"$WORK/pgindent.out" 2>&1; then
+			echo "ok style/pgindent"
+			record style/pgindent ok
+		else
+			head -100 "$WORK/pgindent.out"
+			echo "FAIL style/pgindent: scripts/pgindent.sh lays these out differently"
+			record style/pgindent fail
+		fi
+	else
+		echo "SKIP style/pgindent: pg_bsd_indent is not installed (package pg-bsd-indent)"
+	fi
 }
 
 # pg_regress and pg_isolation_regress print one line per test:

@@ -345,7 +345,10 @@ publish_leaf(AmrTree *t, uint32 leaf_id, uint32 tier, uint32 slot, const AmrLeaf
 			 const AmrFBox *mbr, bool nulls, AmrPackItem *item)
 {
 	amr_leaf_publish(t, leaf_id, tier, slot, img, mbr, nulls);
-	item->box = nulls ? (AmrFBox) {0, 0, 0, 0} : *mbr;
+	if (nulls)
+		memset(&item->box, 0, sizeof(item->box));
+	else
+		item->box = *mbr;
 	item->ref = leaf_id;
 	amr_counter_add(&t->nleaves, 1);
 	amr_counter_add(&t->nentries, img->hdr.nentries);
@@ -528,7 +531,11 @@ build_side(Relation index, AmrTree *t, AmrBuildEntry *entries, Size n,
 				 */
 				for (i = first + take; i < Min(first + take + (Size) fill, n); i++)
 					prefetch_row(&entries[order[i]]);
-				/* the leaf's box: the union of its entries' (outward-rounded) boxes */
+
+				/*
+				 * the leaf's box: the union of its entries' (outward-rounded)
+				 * boxes
+				 */
 				mbr = amr_fbox_empty();
 				for (i = 0; i < take; i++)
 				{
@@ -886,14 +893,14 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 	rowmem_init(&bs.rowmem);
 
 	/*
-	 * Room for the rows the table is expected to hold (and a little more),
-	 * so a big build does not copy its entries at every doubling: at 10M
-	 * rows that was a gigabyte of copies and fresh pages.  The planner's
-	 * estimate, not reltuples: a table loaded and indexed before any VACUUM
-	 * or ANALYZE (reltuples = -1) is estimated from its size and row width,
-	 * and one that grew since is scaled to its current size.  Not for a
-	 * partial index, which may take a small part of the rows: room for all
-	 * of them could exceed what the machine would grant.
+	 * Room for the rows the table is expected to hold (and a little more), so
+	 * a big build does not copy its entries at every doubling: at 10M rows
+	 * that was a gigabyte of copies and fresh pages.  The planner's estimate,
+	 * not reltuples: a table loaded and indexed before any VACUUM or ANALYZE
+	 * (reltuples = -1) is estimated from its size and row width, and one that
+	 * grew since is scaled to its current size.  Not for a partial index,
+	 * which may take a small part of the rows: room for all of them could
+	 * exceed what the machine would grant.
 	 */
 	if (indexInfo->ii_Predicate == NIL)
 	{

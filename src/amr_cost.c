@@ -195,9 +195,9 @@ amrcostestimate(PlannerInfo *root, IndexPath *path, double loop_count,
 
 	/*
 	 * Where the index cannot be used (not preloaded, the pool unusable, no
-	 * tree on this server: a standby whose pool was not copied, a tree
-	 * replay could not follow), steer the planner away from it, so that
-	 * queries keep working; a scan that still happens raises the error.
+	 * tree on this server: a standby whose pool was not copied, a tree replay
+	 * could not follow), steer the planner away from it, so that queries keep
+	 * working; a scan that still happens raises the error.
 	 */
 	if (!amr_is_ready() || !index_has_tree(index->indexoid))
 	{

@@ -154,8 +154,8 @@ amr_tree_free_storage(uint32 tree_no)
 	 * publish lock first, as everywhere: amrtree_check sees no half state.
 	 * The releases go to a disk pool with one msync (amr_persist_batch_*):
 	 * the DROPPED state is durable already, and attach discards whatever is
-	 * left of a DROPPED tree, so their order does not matter; the batch
-	 * ends before the FREE state is written.
+	 * left of a DROPPED tree, so their order does not matter; the batch ends
+	 * before the FREE state is written.
 	 */
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
 	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
@@ -201,7 +201,8 @@ parse_placement_options(Relation index, AmrBudgetKind *kind, double *value, bool
 		return;
 	if (o->pmem_budget_offset != 0 &&
 		amr_parse_budget((const char *) o + o->pmem_budget_offset, kind, value) != AMR_BUDGET_PARSE_OK)
-		*kind = AMR_BUDGET_UNLIMITED;	/* a value stored before it was refused */
+		*kind = AMR_BUDGET_UNLIMITED;	/* a value stored before it was
+										 * refused */
 	*tiering = o->tiering;
 }
 
@@ -536,7 +537,10 @@ tree_open(Relation index, bool missing_ok, AmrTreeUse *state)
 		!tree_has_storage(rec, MyDatabaseId, index_tablespace(index), index->rd_node.relNode,
 						  index->rd_backend))
 	{
-		/* replaced since we cached it (a standby replaying a rebuild): look again */
+		/*
+		 * replaced since we cached it (a standby replaying a rebuild): look
+		 * again
+		 */
 		index->rd_amcache = NULL;
 		pfree(cache);
 		return tree_open(index, missing_ok, state);
@@ -568,7 +572,7 @@ tree_open(Relation index, bool missing_ok, AmrTreeUse *state)
 AmrTree *
 amr_tree_open_extended(Relation index, bool missing_ok)
 {
-	AmrTreeUse state;
+	AmrTreeUse	state;
 
 	return tree_open(index, missing_ok, &state);
 }
@@ -576,7 +580,7 @@ amr_tree_open_extended(Relation index, bool missing_ok)
 AmrTree *
 amr_tree_open(Relation index)
 {
-	AmrTreeUse state;
+	AmrTreeUse	state;
 
 	return tree_open(index, false, &state);
 }
@@ -735,9 +739,9 @@ apply_commit(void)
 
 	/*
 	 * Act only on a durable commit: with synchronous_commit = off a crash
-	 * could still undo this one, and a tree made VALID (or storage freed)
-	 * for a transaction that recovery then rolls back would leak (or lose)
-	 * an index.  DDL is rare; one flush is cheap.
+	 * could still undo this one, and a tree made VALID (or storage freed) for
+	 * a transaction that recovery then rolls back would leak (or lose) an
+	 * index.  DDL is rare; one flush is cheap.
 	 */
 	if (!XLogRecPtrIsInvalid(XactLastCommitEnd))
 		XLogFlush(XactLastCommitEnd);

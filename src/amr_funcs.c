@@ -55,9 +55,9 @@ typedef enum AmrInspect
 	AMR_INSPECT_SHAPE,			/* counts, sizes, placement: SELECT on the
 								 * table */
 	AMR_INSPECT_CONTENTS,		/* raw keys, TIDs, leaf boxes: SELECT, and no
-								 * row-level security in force for the
-								 * caller (EXECUTE is for superusers unless
-								 * granted, see the extension script) */
+								 * row-level security in force for the caller
+								 * (EXECUTE is for superusers unless granted,
+								 * see the extension script) */
 	AMR_INSPECT_OWNER			/* moves leaves: ownership of the index */
 } AmrInspect;
 
@@ -151,11 +151,11 @@ open_for_inspection(Oid indexoid, AmrInspect what, LOCKMODE lockmode)
 	}
 
 	/*
-	 * Raw entries would bypass row-level security, and they include rows
-	 * that other sessions have not committed: like pageinspect, they are
-	 * not for anyone row-level security restricts.  (Querying through a
-	 * partitioned table applies its policies, not the partitions', so the
-	 * table named is the one that counts.)
+	 * Raw entries would bypass row-level security, and they include rows that
+	 * other sessions have not committed: like pageinspect, they are not for
+	 * anyone row-level security restricts.  (Querying through a partitioned
+	 * table applies its policies, not the partitions', so the table named is
+	 * the one that counts.)
 	 */
 	if (what == AMR_INSPECT_CONTENTS &&
 		check_enable_rls(heapoid, InvalidOid, true) == RLS_ENABLED)
@@ -178,8 +178,8 @@ close_inspected(List *indexes)
 	list_free(indexes);
 }
 
-static void
-corrupted(Relation index, const char *fmt,...) pg_attribute_printf(2, 3);
+static void corrupted(Relation index, const char *fmt,...)
+			pg_attribute_printf(2, 3);
 
 /*
  * Raise the ERROR of amrtree_check: the broken invariant, a full sentence,
@@ -262,7 +262,7 @@ check_allocators(Relation index)
 		{
 			const AmrLeafTableEntry *e = &s->lt[id];
 			const AmrTreeRecord *rec = e->tree_no < AMR_MAX_TREES ?
-				&s->tree_records[e->tree_no] : NULL;
+			&s->tree_records[e->tree_no] : NULL;
 
 			/* a dropping tree still has leaves; a free or reused one not */
 			if (rec == NULL || rec->state == AMR_TREE_FREE ||

@@ -153,7 +153,7 @@ amr_get_relation_info(PlannerInfo *root, Oid relationObjectId, bool inhparent,
 	{
 		IndexOptInfo *info = (IndexOptInfo *) lfirst(lc);
 		Relation	index;
-		AmrTreeUse state;
+		AmrTreeUse	state;
 		bool		lacks;
 
 		if (info->amcostestimate != amrcostestimate)
@@ -189,7 +189,7 @@ amr_heal_register_hooks(void)
 AmrTree *
 amr_tree_open_for_write(Relation index)
 {
-	AmrTreeUse state;
+	AmrTreeUse	state;
 	AmrTree    *t;
 
 	amr_require_ready();
@@ -342,7 +342,7 @@ indexes_lacking_tree(void)
 	{
 		Form_pg_class cls = (Form_pg_class) GETSTRUCT(tup);
 		Relation	index;
-		AmrTreeUse state;
+		AmrTreeUse	state;
 
 		CHECK_FOR_INTERRUPTS();
 		if (cls->relam != amoid || cls->relkind != RELKIND_INDEX ||
@@ -381,7 +381,7 @@ rebuild_one(Oid indexoid)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	{
 		Relation	index = try_relation_open(indexoid, AccessShareLock);
-		AmrTreeUse state;
+		AmrTreeUse	state;
 
 		if (index != NULL && index_lacks_tree(index, &state))
 		{

@@ -266,7 +266,7 @@ amr_leaf_read_ahead(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *buf,
 		if (v->dram_copy >= 0 || AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 		{
 			const AmrLeaf *src = v->dram_copy >= 0 ? &amr_leaf_cache[v->dram_copy]
-				: amr_leaf_pmem_image(index, t, leaf_id, &word);
+			: amr_leaf_pmem_image(index, t, leaf_id, &word);
 
 			memcpy(buf, src, amr_leaf_image_bytes(src));
 			LWLockRelease(amr_leaf_lock(leaf_id));
@@ -393,7 +393,7 @@ amr_leaf_read_for_scan(Relation index, AmrTree *t, uint32 generation, uint32 lea
 	if (v->dram_copy >= 0 || AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 	{
 		const AmrLeaf *src = v->dram_copy >= 0 ? &amr_leaf_cache[v->dram_copy]
-			: amr_leaf_pmem_image(index, t, leaf_id, &word);
+		: amr_leaf_pmem_image(index, t, leaf_id, &word);
 
 		if (copy_fn != NULL)
 			copy_fn(src, buf, copy_arg);
@@ -495,9 +495,9 @@ amr_leaf_switch(Relation index, AmrTree *t, uint32 leaf_id, uint32 tier, uint32 
 	{
 		/*
 		 * Tests only: what amr_lt_switch persists before the word, then a
-		 * crash point between the two (the Leaf Table count of an image
-		 * that was never published; crash recovery's prune step repairs
-		 * it, see amr_reconcile.c).
+		 * crash point between the two (the Leaf Table count of an image that
+		 * was never published; crash recovery's prune step repairs it, see
+		 * amr_reconcile.c).
 		 */
 		s->lt[leaf_id].entries = (uint16) amr_leaf_live_entries(img);
 		s->lt[leaf_id].lsn_hint = amr_lsn_hint_raise(s->lt[leaf_id].lsn_hint, img, lsn);
@@ -551,7 +551,7 @@ amr_leaf_append(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *leaf,
 		else
 			stamped.insert_lsn = amr_wal_append(t, leaf_id, leaf->hdr.version, pos, e);
 		AMR_FAULT_POINT("append:after_logged");
-		AMR_FAULT_POINT("append:before_store");	/* a pause, for t/024 */
+		AMR_FAULT_POINT("append:before_store"); /* a pause, for t/024 */
 	}
 
 	/*
@@ -597,9 +597,9 @@ amr_leaf_mark_dead_many(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *lea
 
 		/*
 		 * Stamped before the marks are made: if the record does not reach
-		 * durable WAL, crash recovery finds the leaf by its stamp and logs
-		 * it whole, or a standby would keep these entries live -- and hand
-		 * their boxes' queries whatever rows later take their heap slots.
+		 * durable WAL, crash recovery finds the leaf by its stamp and logs it
+		 * whole, or a standby would keep these entries live -- and hand their
+		 * boxes' queries whatever rows later take their heap slots.
 		 */
 		amr_lt_stamp(&amr_store, leaf_id, lsn);
 		AMR_FAULT_POINT("vacuum:after_marks_logged");	/* a pause, for t/024 */

@@ -178,8 +178,8 @@ typedef enum AmrSwitchLog
 								 * only if the leaf needs a full image since
 								 * the last checkpoint (torn copies) */
 	AMR_LOG_NONE				/* not logged: WAL replay itself, and
-								 * recovery's own repairs (which log what
-								 * they leave, see amr_reconcile.c) */
+								 * recovery's own repairs (which log what they
+								 * leave, see amr_reconcile.c) */
 } AmrSwitchLog;
 
 /*

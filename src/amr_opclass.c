@@ -303,6 +303,7 @@ amrtree_float4_bbox(PG_FUNCTION_ARGS)
 {
 	Float4BboxCache *cache = (Float4BboxCache *) fcinfo->flinfo->fn_extra;
 	BOX		   *b = (BOX *) palloc(sizeof(BOX));
+
 	LOCAL_FCINFO(inner, 1);
 	Datum		result;
 

@@ -120,8 +120,8 @@ amr_prepare_parent_directory(const char *path, const char *setting)
 		return true;
 	snprintf(detail, sizeof(detail), "Directory \"%s\" does not exist.", dir);
 	amr_pool_fail(psprintf("the directory of %s does not exist", setting), detail,
-			  psprintf("Create it, writable by the server, or correct %s; then restart the server.",
-					   setting));
+				  psprintf("Create it, writable by the server, or correct %s; then restart the server.",
+						   setting));
 	return false;
 }
 
@@ -207,13 +207,13 @@ pool_format(PMEMobjpool *pop, size_t pool_size, uint64 pool_id, uint64 created_a
 
 	/*
 	 * First estimate: what is left after libpmemobj's own metadata, shared
-	 * between PMEM slots and Leaf Table entries (one per slot of either
-	 * tier: a leaf occupies exactly one slot, so there can be no more leaf
-	 * ids than slots).
+	 * between PMEM slots and Leaf Table entries (one per slot of either tier:
+	 * a leaf occupies exactly one slot, so there can be no more leaf ids than
+	 * slots).
 	 */
 	{
 		int64		usable = (int64) pool_size - (int64) Min(pool_size / 2, (size_t) 10 * 1024 * 1024)
-			- (int64) (ssd_slots * sizeof(AmrLeafTableEntry));
+		- (int64) (ssd_slots * sizeof(AmrLeafTableEntry));
 
 		if (usable < (int64) (16 * (AMR_SLOT_SIZE + sizeof(AmrLeafTableEntry))))
 			return false;
@@ -270,8 +270,8 @@ pool_create(const char *path, size_t size, uint64 pool_id, uint64 created_at,
 		snprintf(detail, sizeof(detail), "pmemobj_create(\"%s\", %zu MB) failed: %s",
 				 path, size >> 20, pmemobj_errormsg());
 		amr_pool_fail("could not create the PMEM pool", detail,
-				  "Check that the directory of amrtree.pmem_path exists, is "
-				  "writable by the server, and has room for amrtree.pmem_size.");
+					  "Check that the directory of amrtree.pmem_path exists, is "
+					  "writable by the server, and has room for amrtree.pmem_size.");
 		return NULL;
 	}
 	if (!pool_format(pop, size, pool_id, created_at, ssd_slots, ssd_file_id))
@@ -284,7 +284,7 @@ pool_create(const char *path, size_t size, uint64 pool_id, uint64 created_at,
 		pmemobj_close(pop);
 		unlink(path);
 		amr_pool_fail("could not lay out the PMEM pool", detail,
-				  "Raise amrtree.pmem_size, or lower amrtree.ssd_size.");
+					  "Raise amrtree.pmem_size, or lower amrtree.ssd_size.");
 		return NULL;
 	}
 	return pop;
@@ -572,7 +572,7 @@ pool_open_or_create(void)
 	if (path == NULL || path[0] == '\0')
 	{
 		amr_pool_fail("amrtree.pmem_path is empty", NULL,
-				  "Set amrtree.pmem_path in postgresql.conf and restart the server.");
+					  "Set amrtree.pmem_path in postgresql.conf and restart the server.");
 		return;
 	}
 	{
@@ -582,8 +582,8 @@ pool_open_or_create(void)
 		if (setting != NULL)
 		{
 			amr_pool_fail(psprintf("the setting %s is not valid", setting), why,
-					  "Correct it in postgresql.conf and restart the server.  "
-					  "PostgreSQL ignored it and would have used the default instead.");
+						  "Correct it in postgresql.conf and restart the server.  "
+						  "PostgreSQL ignored it and would have used the default instead.");
 			return;
 		}
 	}
@@ -634,9 +634,9 @@ pool_open_or_create(void)
 				set_pool_aside(path, "it is not an amrtree pool", detail))
 				return;
 			amr_pool_fail("could not open the PMEM pool", detail,
-					  "The file is not an amrtree pool, or another server has it "
-					  "open.  Stop that server, or move the file away (its indexes "
-					  "then need REINDEX), or point amrtree.pmem_path elsewhere.");
+						  "The file is not an amrtree pool, or another server has it "
+						  "open.  Stop that server, or move the file away (its indexes "
+						  "then need REINDEX), or point amrtree.pmem_path elsewhere.");
 			return;
 		}
 		hdr = pool_header(pool);
@@ -665,7 +665,7 @@ pool_open_or_create(void)
 			if (set_pool_aside(path, "it has an incompatible format", detail))
 				return;
 			amr_pool_fail("the PMEM pool has an incompatible format", detail,
-					  "Move the pool file away and restart; then REINDEX every amrtree index.");
+						  "Move the pool file away and restart; then REINDEX every amrtree index.");
 			return;
 		}
 		if (hdr->system_identifier != GetSystemIdentifier())
@@ -679,17 +679,20 @@ pool_open_or_create(void)
 			if (set_pool_aside(path, "it belongs to another cluster", detail))
 				return;
 			amr_pool_fail("the PMEM pool belongs to another cluster", detail,
-					  "Point amrtree.pmem_path at this cluster's own pool, or move "
-					  "the foreign file away and restart; then REINDEX every amrtree index.");
+						  "Point amrtree.pmem_path at this cluster's own pool, or move "
+						  "the foreign file away and restart; then REINDEX every amrtree index.");
 			return;
 		}
 		if ((st.st_size > 0 && (size_t) st.st_size < want) ||
 			hdr->lt_capacity < hdr->pmem_nslots + ssd_slots)
 		{
-			/* a bigger pool: more PMEM slots, or a Leaf Table for more SSD slots */
+			/*
+			 * a bigger pool: more PMEM slots, or a Leaf Table for more SSD
+			 * slots
+			 */
 			size_t		need = (size_t) st.st_size +
-				(size_t) (hdr->pmem_nslots + ssd_slots - Min(hdr->lt_capacity, hdr->pmem_nslots + ssd_slots))
-				* sizeof(AmrLeafTableEntry) + 2 * 1024 * 1024;
+			(size_t) (hdr->pmem_nslots + ssd_slots - Min(hdr->lt_capacity, hdr->pmem_nslots + ssd_slots))
+			* sizeof(AmrLeafTableEntry) + 2 * 1024 * 1024;
 			PMEMobjpool *grown = pool_grow(pool, path, Max(want, need), ssd_slots);
 
 			if (grown == NULL)

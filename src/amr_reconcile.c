@@ -223,8 +223,8 @@ tree_owner_gone(const AmrTreeRecord *rec, uint32 tree_no)
 
 	/*
 	 * Built in another pool: a standby's own pool, whose trees WAL replay
-	 * created under numbers of its own.  The storage identity is what keys
-	 * a tree, and the file is there.
+	 * created under numbers of its own.  The storage identity is what keys a
+	 * tree, and the file is there.
 	 */
 	return false;
 }
@@ -518,7 +518,10 @@ rebuild_trees(uint32 live_leaves, bool build)
 
 	if (!build)
 	{
-		/* WAL replay comes first: the nodes are built at each tree's first use */
+		/*
+		 * WAL replay comes first: the nodes are built at each tree's first
+		 * use
+		 */
 		for (tn = 0; tn < AMR_MAX_TREES; tn++)
 			if (tree_is_live(tn))
 				s->trees[tn].inner_stale = 1;
@@ -684,7 +687,7 @@ prune_leaf(AmrTree *t, uint32 id, XLogRecPtr horizon, AmrLeaf *buf, AmrLeaf *img
 	AmrLeafTableEntry *e = &s->lt[id];
 	uint64		word = amr_lt_word(s, id);
 	bool		stamped = e->lsn_hint == AMR_LSN_HINT_UNKNOWN ||
-		((uint64) e->lsn_hint << AMR_LSN_HINT_SHIFT) > horizon;
+	((uint64) e->lsn_hint << AMR_LSN_HINT_SHIFT) > horizon;
 	uint64		i;
 	uint64		n;
 	uint64		dropped = 0;
@@ -780,11 +783,11 @@ prune_leaf(AmrTree *t, uint32 id, XLogRecPtr horizon, AmrLeaf *buf, AmrLeaf *img
 		{
 			/*
 			 * A switch interrupted between the entry's count and its word:
-			 * the count is the unpublished image's.  Its change's record
-			 * did not survive (replay would have switched again), so the
-			 * leaf's lsn_hint, written with the count, lies beyond the
-			 * horizon and brought us here.  The tree counted the wrong
-			 * number at attach; the delta below corrects it.
+			 * the count is the unpublished image's.  Its change's record did
+			 * not survive (replay would have switched again), so the leaf's
+			 * lsn_hint, written with the count, lies beyond the horizon and
+			 * brought us here.  The tree counted the wrong number at attach;
+			 * the delta below corrects it.
 			 */
 			e->entries = (uint16) amr_leaf_live_entries(buf);
 			amr_persist(&e->entries, sizeof(e->entries));
@@ -862,6 +865,7 @@ finish(void)
 	AmrStore   *s = &amr_store;
 	AmrPoolHeader *hdr = amr_store.header;
 	bool		history_reset = hdr->history_reset != 0;
+
 	/* every recovery, and every unclean start, records a horizon */
 	bool		recovered = hdr->prune_horizon != 0;
 	XLogRecPtr	horizon = (XLogRecPtr) (hdr->prune_horizon & ~AMR_HORIZON_PROVISIONAL);

@@ -161,7 +161,8 @@ struct AmrKnnTie
 {
 	uint64		payload;
 	double		distance;
-	int			row;			/* its place in the group as the search gave it */
+	int			row;			/* its place in the group as the search gave
+								 * it */
 };
 
 static void *
@@ -361,12 +362,11 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 
 	/*
 	 * Ordering: by the first ORDER BY.  Over exact keys (box, point) the
-	 * distances are exact, and rows at equal first distance are sorted by
-	 * the further ORDER BYs here (knn_fill_ties), so that every value
-	 * returned is exact -- as GiST does, and as index-only scans need: the
-	 * executor cannot reorder them.  Over lossy keys every distance is a
-	 * lower bound, the further ones -Infinity, and the executor rechecks
-	 * and reorders.
+	 * distances are exact, and rows at equal first distance are sorted by the
+	 * further ORDER BYs here (knn_fill_ties), so that every value returned is
+	 * exact -- as GiST does, and as index-only scans need: the executor
+	 * cannot reorder them.  Over lossy keys every distance is a lower bound,
+	 * the further ones -Infinity, and the executor rechecks and reorders.
 	 */
 	if (scan->numberOfOrderBys > 0)
 	{
@@ -374,8 +374,8 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 
 		/*
 		 * An ORDER BY whose argument is NULL (a parameter, a LATERAL
-		 * reference) is NULL for every row: the rows are ordered by the
-		 * first one that has an argument, as GiST orders them.
+		 * reference) is NULL for every row: the rows are ordered by the first
+		 * one that has an argument, as GiST orders them.
 		 */
 		for (i = 0; i < scan->numberOfOrderBys; i++)
 		{
@@ -429,8 +429,8 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 
 	/*
 	 * Pins are needed only where a TID handed out after VACUUM removed its
-	 * entry would be trusted: index-only scans (visibility map) and
-	 * non-MVCC snapshots.  With an MVCC snapshot a reused TID is invisible.
+	 * entry would be trusted: index-only scans (visibility map) and non-MVCC
+	 * snapshots.  With an MVCC snapshot a reused TID is invisible.
 	 */
 	so->need_pins = scan->xs_want_itup ||
 		(scan->xs_snapshot != NULL && !IsMVCCSnapshot(scan->xs_snapshot));
@@ -516,6 +516,7 @@ entry_matches(IndexScanDesc scan, const AmrLeafEntry *e, bool *recheck)
 {
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
 	Datum		value = (Datum) 0;
+
 	/* a key with NaN coordinates: exactly as the operator decides */
 	bool		use_operator = (e->flags & AMR_ENTRY_FLAG_NAN) != 0;
 	int			k;
@@ -618,7 +619,7 @@ copy_candidates(const AmrLeaf *src, AmrLeaf *dst, void *arg)
 		{
 			const AmrLeafEntry *e = &src->entries[i];
 			bool		hit = (e->key.xlo <= qxhi) & (qxlo <= e->key.xhi + AMR_EPSILON) &
-				(e->key.ylo <= qyhi) & (qylo <= e->key.yhi + AMR_EPSILON);
+			(e->key.ylo <= qyhi) & (qylo <= e->key.yhi + AMR_EPSILON);
 
 			if (e->flags == 0)
 			{

@@ -122,8 +122,8 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 					 (unsigned long long) hdr->ssd_file_id);
 			slotfile_lost = true;
 			amr_pool_fail("the SSD slot file is missing", detail,
-					  "Restore the file at amrtree.ssd_path, or move the PMEM pool away too and "
-					  "restart; then REINDEX every amrtree index.");
+						  "Restore the file at amrtree.ssd_path, or move the PMEM pool away too and "
+						  "restart; then REINDEX every amrtree index.");
 			return false;
 		}
 		if (want_slots == 0)
@@ -142,8 +142,8 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 				unlink(path);
 			}
 			amr_pool_fail("could not create the SSD slot file", detail,
-					  "Check that the directory of amrtree.ssd_path exists, is writable by "
-					  "the server, and has room for amrtree.ssd_size.");
+						  "Check that the directory of amrtree.ssd_path exists, is writable by "
+						  "the server, and has room for amrtree.ssd_size.");
 			return false;
 		}
 		memset(&h, 0, sizeof(h));
@@ -191,7 +191,7 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 			close(ssd_lock_fd);
 			ssd_lock_fd = -1;
 			amr_pool_fail("the SSD slot file is in use by another server", detail,
-					  "Give every server its own amrtree.ssd_path (and amrtree.pmem_path).");
+						  "Give every server its own amrtree.ssd_path (and amrtree.pmem_path).");
 			return false;
 		}
 	}
@@ -205,7 +205,7 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 			close(fd);
 		slotfile_lost = true;
 		amr_pool_fail("the SSD slot file is not an amrtree slot file", detail,
-				  "Point amrtree.ssd_path at this cluster's slot file.");
+					  "Point amrtree.ssd_path at this cluster's slot file.");
 		return false;
 	}
 	if (h.format_version != AMR_SSD_FORMAT_VERSION || h.slot_size != AMR_SLOT_SIZE)
@@ -214,7 +214,7 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 				 h.format_version, AMR_SSD_FORMAT_VERSION);
 		close(fd);
 		amr_pool_fail("the SSD slot file has an incompatible format", detail,
-				  "Move the slot file and the PMEM pool away and restart; then REINDEX every amrtree index.");
+					  "Move the slot file and the PMEM pool away and restart; then REINDEX every amrtree index.");
 		return false;
 	}
 	if (h.system_identifier == GetSystemIdentifier() && h.pool_id != hdr->pool_id &&
@@ -252,7 +252,7 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 		/* a stale file of this cluster may go; another cluster's never */
 		slotfile_lost = h.system_identifier == GetSystemIdentifier();
 		amr_pool_fail("the SSD slot file belongs to another cluster or pool", detail,
-				  "Point amrtree.ssd_path at the slot file created with this cluster's PMEM pool.");
+					  "Point amrtree.ssd_path at the slot file created with this cluster's PMEM pool.");
 		return false;
 	}
 	fstat(fd, &st);
@@ -265,8 +265,8 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 		close(fd);
 		slotfile_lost = true;
 		amr_pool_fail("the SSD slot file is truncated", detail,
-				  "Restore the file from where it was copied, or move the slot file and the "
-				  "PMEM pool away and restart; then REINDEX every amrtree index.");
+					  "Restore the file from where it was copied, or move the slot file and the "
+					  "PMEM pool away and restart; then REINDEX every amrtree index.");
 		return false;
 	}
 	if (hdr->ssd_file_id == 0)
@@ -298,7 +298,7 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 	{
 		snprintf(detail, sizeof(detail), "open(\"%s\", O_DIRECT) failed: %s", path, strerror(errno));
 		amr_pool_fail("could not open the SSD slot file for direct I/O", detail,
-				  "Put amrtree.ssd_path on a file system that supports O_DIRECT (not tmpfs).");
+					  "Put amrtree.ssd_path on a file system that supports O_DIRECT (not tmpfs).");
 		return false;
 	}
 	amr_ssd_io.fd = fd;

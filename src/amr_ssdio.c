@@ -72,7 +72,11 @@ amr_ssd_write_images(Relation index, const uint32 *slots, AmrLeaf **imgs, int n,
 
 	if (n == 0)
 		return;
-	/* a slot freed by a change whose record is not yet durable stays as it was */
+
+	/*
+	 * a slot freed by a change whose record is not yet durable stays as it
+	 * was
+	 */
 	amr_wb_before_device_write();
 	for (i = 0; i < n; i++)
 		seal_ssd_image(imgs[i]);

@@ -245,7 +245,7 @@ migrate_commit(AmrTree *t, Migration *m, uint32 to)
 
 			START_CRIT_SECTION();
 			(void) amr_leaf_switch(NULL, t, m->leaf_id, to, m->slot, &mbr, m->img, false,
-								  AMR_LOG_MOVE);
+								   AMR_LOG_MOVE);
 			AMR_FAULT_POINT(to == AMR_TIER_PMEM ? "promote:after_switch" : "demote:after_switch");
 			END_CRIT_SECTION();
 			moved = true;
@@ -452,7 +452,10 @@ tree_cycle(AmrTree *t, TreeCands *tc, AmrLeaf *buf, uint64 rule_quota)
 			}
 	}
 
-	/* promotions first (they are cheap PMEM writes), then demotions, in batches */
+	/*
+	 * promotions first (they are cheap PMEM writes), then demotions, in
+	 * batches
+	 */
 	{
 		Migration  *m = palloc(sizeof(Migration) * MIGRATION_BATCH);
 		uint32		ids[MIGRATION_BATCH];
@@ -661,9 +664,9 @@ amr_tier_worker_main(Datum arg)
 
 			/*
 			 * The reconciliation after a crash may run here, and its logged
-			 * rewrites hold DELAY_CHKPT_START between record and switch:
-			 * in a transaction, for the vxid that makes a checkpoint wait
-			 * for them (see below).
+			 * rewrites hold DELAY_CHKPT_START between record and switch: in a
+			 * transaction, for the vxid that makes a checkpoint wait for them
+			 * (see below).
 			 */
 			StartTransactionCommand();
 			amr_require_ready();
@@ -678,9 +681,9 @@ amr_tier_worker_main(Datum arg)
 			 * whole (amr_leaf_switch) holds it between its record and its
 			 * switch, so that no checkpoint completes in between.  Without
 			 * it, on a PMEM or msync pool, a checkpoint could complete there
-			 * and a base backup taken from it miss the switch that the
-			 * record before its redo pointer stood for (write-back pools
-			 * fence on their own counters, amr_writeback.c).
+			 * and a base backup taken from it miss the switch that the record
+			 * before its redo pointer stood for (write-back pools fence on
+			 * their own counters, amr_writeback.c).
 			 */
 			StartTransactionCommand();
 			MemoryContextSwitchTo(cxt);

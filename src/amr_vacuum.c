@@ -118,8 +118,8 @@ vacuum_pmem_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 		/*
 		 * What the look found, where the position still holds the entry it
 		 * looked at: appends add positions or reuse dead ones, and nothing
-		 * else changes a live entry in place.  Asking the callback again
-		 * for every entry was a third of an all-PMEM index's VACUUM.
+		 * else changes a live entry in place.  Asking the callback again for
+		 * every entry was a third of an all-PMEM index's VACUUM.
 		 */
 		if (i < snap->hdr.nentries && !(snap->entries[i].flags & AMR_ENTRY_FLAG_DEAD) &&
 			memcmp(&en->tid_blk_hi, &snap->entries[i].tid_blk_hi, sizeof(ItemPointerData)) == 0)
@@ -328,6 +328,7 @@ static void
 flush_ssd_rewrites(VacuumState *vs)
 {
 	int			n = vs->npending;
+
 	/* what PG_CATCH reads is volatile: set after the setjmp */
 	volatile uint32 slots[VACUUM_SSD_BATCH];
 	volatile bool has_slot[VACUUM_SSD_BATCH];
@@ -516,12 +517,12 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 	amr_readahead_init(&vs->ra);
 
 	/*
-	 * Removing an entry is durable in the pool at once, before its WAL
-	 * record (MARK_DEAD) is flushed.  Flush the WAL
-	 * first, so that it holds the commit of every transaction whose deletes
-	 * VACUUM is about to act on (with synchronous_commit = off it may not
-	 * yet), and the heap's own pruning: a crash can then not resurrect a
-	 * row whose entry is gone.  See docs/design.md, "Removing entries".
+	 * Removing an entry is durable in the pool at once, before its WAL record
+	 * (MARK_DEAD) is flushed.  Flush the WAL first, so that it holds the
+	 * commit of every transaction whose deletes VACUUM is about to act on
+	 * (with synchronous_commit = off it may not yet), and the heap's own
+	 * pruning: a crash can then not resurrect a row whose entry is gone.  See
+	 * docs/design.md, "Removing entries".
 	 */
 	if (RelationNeedsWAL(info->index))
 		XLogFlush(amr_insert_lsn());

@@ -24,7 +24,8 @@
 #define XLOG_AMR_TREE_CREATE	0x00	/* a tree is created, BUILDING */
 #define XLOG_AMR_TREE_DROP		0x10	/* a tree and all its leaves are freed */
 #define XLOG_AMR_TREE_BUILT		0x20	/* a build wrote all its leaves */
-#define XLOG_AMR_IMAGES			0x30	/* whole leaf images (see AmrImageKind) */
+#define XLOG_AMR_IMAGES			0x30	/* whole leaf images (see
+										 * AmrImageKind) */
 #define XLOG_AMR_APPEND			0x40	/* one entry into one position */
 #define XLOG_AMR_MARK_DEAD		0x50	/* entries marked dead in place */
 #define XLOG_AMR_SPLIT			0x60	/* a leaf split in two */
@@ -104,9 +105,9 @@ typedef struct xl_amr_image
 	uint32		version;
 	uint16		flags;			/* AMR_LEAF_FLAG_NULLS */
 	uint16		nentries;
-	uint16		fresh_pos;		/* the entry whose insert_lsn is this
-								 * record's end (an append logged as a full
-								 * image), or AMR_NO_FRESH_ENTRY */
+	uint16		fresh_pos;		/* the entry whose insert_lsn is this record's
+								 * end (an append logged as a full image), or
+								 * AMR_NO_FRESH_ENTRY */
 	uint16		reserved;
 } xl_amr_image;
 

@@ -178,10 +178,10 @@ redo_tree_create(XLogReaderState *record)
 	rec = &s->tree_records[tn];
 
 	/*
-	 * Generations only grow, on the primary and in replay alike: a record
-	 * of this generation or a later one means the pool already has this
-	 * creation (and perhaps the tree's drop and the record's reuse after
-	 * it: replayed over a pool that is ahead, as in crash recovery).
+	 * Generations only grow, on the primary and in replay alike: a record of
+	 * this generation or a later one means the pool already has this creation
+	 * (and perhaps the tree's drop and the record's reuse after it: replayed
+	 * over a pool that is ahead, as in crash recovery).
 	 */
 	if (rec->generation >= x->tree.generation)
 		return;
@@ -556,9 +556,9 @@ redo_images(XLogReaderState *record)
 			 * An append or dead marks logged as the leaf's whole image (its
 			 * first change after a checkpoint) leave the version as it was,
 			 * so an equal version does not say whether the change got in
-			 * before the crash.  Skipped, an entry cut off between its
-			 * record and its store stayed out of this pool while a standby
-			 * took it from the image, and outlived its heap tuple there.
+			 * before the crash.  Skipped, an entry cut off between its record
+			 * and its store stayed out of this pool while a standby took it
+			 * from the image, and outlived its heap tuple there.
 			 */
 			if (x->kind == AMR_IMAGE_FULL && !already_has(t, h.leaf_id, h.version, false))
 			{

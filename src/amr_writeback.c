@@ -67,9 +67,9 @@
 #include "utils/timestamp.h"
 
 #define WB_PAGE				4096
-#define WB_WRITE_BATCH		256		/* pages copied, then written, at a time */
-#define WB_POLL_MS			20		/* how soon a new redo pointer is seen */
-#define WB_LOCAL_RUNS		64		/* write-through batch: page runs kept */
+#define WB_WRITE_BATCH		256 /* pages copied, then written, at a time */
+#define WB_POLL_MS			20	/* how soon a new redo pointer is seen */
+#define WB_LOCAL_RUNS		64	/* write-through batch: page runs kept */
 #define WB_PREFAULT_CHUNK	((size_t) 8 << 20)	/* populated at a time */
 #define WB_PREFAULT_AHEAD	((size_t) 1 << 30)	/* kept ready past the next
 												 * free slot */
@@ -759,9 +759,9 @@ amr_wb_worker_main(Datum arg)
 	before_shmem_exit(wb_disarm, PointerGetDatum(buf));
 
 	/*
-	 * Arm: until now every flush wrote through, so the file is complete up
-	 * to the current redo pointer; say so before the first flush that only
-	 * marks a page, then fence once more for changes that raced the switch.
+	 * Arm: until now every flush wrote through, so the file is complete up to
+	 * the current redo pointer; say so before the first flush that only marks
+	 * a page, then fence once more for changes that raced the switch.
 	 */
 	wb_hold_checkpoints();
 	fenced = GetRedoRecPtr();

@@ -408,7 +408,8 @@ amrtree_handler(PG_FUNCTION_ARGS)
 	amroutine->amsearchnulls = true;
 	amroutine->amstorage = false;
 	amroutine->amclusterable = true;
-	amroutine->ampredlocks = true;	/* leaves and inner nodes, see amr_pred_*_block */
+	amroutine->ampredlocks = true;	/* leaves and inner nodes, see
+									 * amr_pred_*_block */
 	amroutine->amcanparallel = false;
 	amroutine->amcaninclude = true;
 	amroutine->amusemaintenanceworkmem = false;
@@ -560,8 +561,8 @@ amrcanreturn(Relation index, int attno)
 	/*
 	 * Leaves store the key's box: the value itself (box_ops), a box that
 	 * determines it (support function 2), or only a bounding box.  INCLUDE
-	 * columns are not stored (a leaf entry is a fixed 48 bytes), so they
-	 * are fetched from the heap.
+	 * columns are not stored (a leaf entry is a fixed 48 bytes), so they are
+	 * fetched from the heap.
 	 */
 	return attno == 1 && amr_opclass_keys_exact(index);
 }

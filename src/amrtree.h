@@ -212,7 +212,8 @@ extern AmrSharedState *amr_shared;
 extern AmrStore amr_store;
 extern LWLock *amr_tree_locks;
 extern LWLock *amr_leaf_locks;
-extern AmrSsdIo amr_ssd_io;		/* process-local; descriptor from the postmaster */
+extern AmrSsdIo amr_ssd_io;		/* process-local; descriptor from the
+								 * postmaster */
 extern AmrBitmap *amr_leaf_cache_used;	/* DRAM copies of leaves (rule R6) */
 extern AmrLeaf *amr_leaf_cache;
 extern uint32 amr_leaf_cache_n;
@@ -237,30 +238,42 @@ extern int	amr_writeback_delay_ms;
 /* Postmaster: use a DRAM copy of the pool file; false (logged) if impossible. */
 extern bool amr_wb_start(const char *path, char *file_map, size_t file_size,
 						 AmrPoolHeader *file_hdr);
+
 /* The DRAM copy's base address (amr_wb_start succeeded). */
 extern char *amr_wb_copy_base(void);
+
 /* This server's pool is a write-back pool. */
 extern bool amr_wb_active(void);
+
 /* Postmaster, restarting its children after a crash: load the copy again. */
 extern void amr_wb_reload(void);
+
 /* Startup process, end of redo: sync what replay wrote, mark the file complete. */
 extern void amr_wb_recovery_done(void);
+
 /* Shared memory for dirty pages and change counters, and attaching to it. */
 extern Size amr_wb_shmem_size(void);
 extern void amr_wb_shmem_attach(char *base, bool init);
+
 /* Around each logged change (amr_wal_hold/release_checkpoint). */
 extern void amr_wb_change_begin(void);
 extern void amr_wb_change_end(void);
+
 /* A change is not logged because its index skips the WAL (wal_level = minimal). */
 extern void amr_wb_note_wal_skipped(void);
+
 /* Before commit or prepare: make this transaction's unlogged changes durable. */
 extern void amr_wb_pre_commit(void);
+
 /* At the end of a transaction: forget them. */
 extern void amr_wb_end_of_xact(void);
+
 /* Before writing the SSD slot file: the WAL that freed its slots is durable. */
 extern void amr_wb_before_device_write(void);
+
 /* Append the write-back state to a description of the pool. */
 extern void amr_wb_describe(StringInfo buf);
+
 /* At preload. */
 extern void amr_wb_register_worker(void);
 
@@ -401,9 +414,9 @@ extern AmrTree *amr_tree_open_extended(Relation index, bool missing_ok);
 /* What this server holds for an index (amr_tree_lookup). */
 typedef enum AmrTreeUse
 {
-	AMR_USE_OK,			/* a tree this server maintains */
+	AMR_USE_OK,					/* a tree this server maintains */
 	AMR_USE_LOST,				/* none, for good: only a rebuild helps */
-	AMR_USE_DAMAGED			/* WAL replay could not keep it up to date */
+	AMR_USE_DAMAGED				/* WAL replay could not keep it up to date */
 } AmrTreeUse;
 
 extern AmrTree *amr_tree_lookup(Relation index, AmrTreeUse *state);

@@ -642,8 +642,8 @@ main(int argc, char **argv)
 
 	/*
 	 * 3. range queries on the tree just built (queries never flush).  First
-	 * the point-query floor: the mean result count of a zero-size window at
-	 * a data box, below which no sizing can go.
+	 * the point-query floor: the mean result count of a zero-size window at a
+	 * data box, below which no sizing can go.
 	 */
 	centres = xmalloc(sizeof(size_t) * o.calib);
 	{

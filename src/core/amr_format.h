@@ -53,11 +53,10 @@ typedef struct AmrPoolHeader
 	uint64_t	prune_horizon;	/* WAL position entries are being pruned to
 								 * after a crash, 0 if none: a crash during
 								 * the pruning resumes it (amr_reconcile.c) */
-	uint64_t	history_reset;	/* nonzero: WAL replay could not use the
-								 * pool at all; every tree is stale */
+	uint64_t	history_reset;	/* nonzero: WAL replay could not use the pool
+								 * at all; every tree is stale */
 	uint64_t	writeback;		/* AMR_WB_*: how the file may lag the DRAM
-								 * copy of a write-back pool
-								 * (amr_writeback.c) */
+								 * copy of a write-back pool (amr_writeback.c) */
 	uint64_t	fenced_redo;	/* the file holds every change whose WAL
 								 * record lies before this */
 	uint64_t	boot;			/* AMR_WB_RECOVERY: digest of the boot that

@@ -27,6 +27,15 @@
 /* Same value as EPSILON in PostgreSQL's utils/geo_decls.h */
 #define AMR_EPSILON 1.0E-06
 
+/*
+ * Powers of two for the distance bounds below.  Each decimal literal is the
+ * shortest that converts to exactly that power; pgindent cannot lay out
+ * hexadecimal floating-point literals.
+ */
+#define AMR_2_POW_MINUS_48 3.552713678800501e-15
+#define AMR_2_POW_MINUS_50 8.881784197001252e-16
+#define AMR_2_POW_MINUS_900 1.1830521861667747e-271
+
 /* Strategy numbers: identical to access/stratnum.h and GiST's box_ops */
 #define AMR_STRAT_LEFT			1	/* << */
 #define AMR_STRAT_OVERLEFT		2	/* &< */
@@ -399,9 +408,9 @@ static inline double
 amr_fbox_overlap_area(const AmrFBox *a, const AmrFBox *b)
 {
 	double		w = fmin(amr_clamp(a->xhi), amr_clamp(b->xhi)) -
-		fmax(amr_clamp(a->xlo), amr_clamp(b->xlo));
+	fmax(amr_clamp(a->xlo), amr_clamp(b->xlo));
 	double		h = fmin(amr_clamp(a->yhi), amr_clamp(b->yhi)) -
-		fmax(amr_clamp(a->ylo), amr_clamp(b->ylo));
+	fmax(amr_clamp(a->ylo), amr_clamp(b->ylo));
 
 	if (w <= 0.0 || h <= 0.0)
 		return 0.0;
@@ -684,7 +693,7 @@ amr_dist_box_point(const AmrBox *b, const AmrPoint *q)
 static inline double
 amr_fuzz_slack(double q, double lo, double hi)
 {
-	return 1.0001e-6 + 0x1p-50 * (fabs(q) + fabs(lo) + fabs(hi));
+	return 1.0001e-6 + AMR_2_POW_MINUS_50 * (fabs(q) + fabs(lo) + fabs(hi));
 }
 
 /*
@@ -713,10 +722,10 @@ amr_gap_lower_bound(double dx, double dy, double slack_x, double slack_y)
 
 	if (dx == 0.0 || dy == 0.0)
 		bound = dx + dy;		/* pg_hypot(v, 0) is exactly v */
-	else if (fmax(dx, dy) < 0x1p-900)
+	else if (fmax(dx, dy) < AMR_2_POW_MINUS_900)
 		bound = fmax(dx, dy);	/* no relative error bound near denormals */
 	else
-		bound = amr_pg_hypot(dx, dy) * (1.0 - 0x1p-48);
+		bound = amr_pg_hypot(dx, dy) * (1.0 - AMR_2_POW_MINUS_48);
 	return amr_fuzz_lowered(bound, dx, dy, slack_x, slack_y);
 }
 

@@ -186,7 +186,7 @@ choose_entry(const AmrInnerNode *n, const AmrFBox *b)
 	{
 		float		a = (n->xhi[i] - n->xlo[i]) * (n->yhi[i] - n->ylo[i]);
 		int			inside = (n->xlo[i] <= bxlo) & (n->ylo[i] <= bylo) &
-			(n->xhi[i] >= bxhi) & (n->yhi[i] >= byhi);
+		(n->xhi[i] >= bxhi) & (n->yhi[i] >= byhi);
 
 		area[i] = a;
 		key[i] = inside ? a : INFINITY;

@@ -461,9 +461,9 @@ void
 amr_knn_add_entry_bound(AmrKnnSearch *s, double bound, uint64_t seq, uint64_t payload)
 {
 	/*
-	 * No late or already-returned check here: a bound below the last
-	 * distance returned says nothing about the distance.  Those checks run
-	 * when the entry is fed again with its distance.
+	 * No late or already-returned check here: a bound below the last distance
+	 * returned says nothing about the distance.  Those checks run when the
+	 * entry is fed again with its distance.
 	 */
 	s->entries_added++;
 	push(s, bound, (seq & AMR_KNN_SEQ_MASK) | AMR_KNN_ORDER_BOUND, payload);

@@ -83,7 +83,8 @@
 typedef enum AmrKnnStep
 {
 	AMR_KNN_DONE = 0,			/* no entry is left */
-	AMR_KNN_LEAF,				/* read this leaf, feed its entries, call again */
+	AMR_KNN_LEAF,				/* read this leaf, feed its entries, call
+								 * again */
 	AMR_KNN_ENTRY,				/* the next entry by distance */
 	AMR_KNN_REFINE				/* an entry queued under a bound reached the
 								 * head: compute its distance and feed it
@@ -97,8 +98,8 @@ typedef struct AmrKnnResult
 	uint64_t	seq;			/* ENTRY: the caller's tie-breaker */
 	uint64_t	payload;		/* ENTRY: the caller's value */
 	uint32_t	leaf_id;		/* LEAF */
-	uint64_t	split_stamp;	/* LEAF: the tree's split counter (AmrTree.nsn)
-								 * when this leaf's id was read */
+	uint64_t	split_stamp;	/* LEAF: the tree's split counter
+								 * (AmrTree.nsn) when this leaf's id was read */
 } AmrKnnResult;
 
 /*

@@ -43,11 +43,11 @@ amr_leaf_image_mbr(const AmrLeaf *img)
 	uint64_t	i;
 
 	/*
-	 * The union in float8, rounded outward once: rounding down (up) to
-	 * float4 is monotonic, so it commutes with min (max), and this equals
-	 * the union of the entries' rounded boxes (amr_fbox_from_box, NaN sides
-	 * infinite) at a quarter of the roundings.  The comparisons are written
-	 * so that a NaN coordinate widens its side to the infinity.
+	 * The union in float8, rounded outward once: rounding down (up) to float4
+	 * is monotonic, so it commutes with min (max), and this equals the union
+	 * of the entries' rounded boxes (amr_fbox_from_box, NaN sides infinite)
+	 * at a quarter of the roundings.  The comparisons are written so that a
+	 * NaN coordinate widens its side to the infinity.
 	 */
 	for (i = 0; i < img->hdr.nentries; i++)
 	{
@@ -302,8 +302,8 @@ amr_lsn_hint_raise(uint32_t hint, const AmrLeaf *img, uint64_t stamp_lsn)
 	/*
 	 * Never lower: the old hint may cover a change of this leaf whose record
 	 * has not reached durable WAL yet (a split, then a move that logs
-	 * nothing), and crash recovery must still find and log the leaf again.
-	 * A hint left too high only makes recovery read an image it need not.
+	 * nothing), and crash recovery must still find and log the leaf again. A
+	 * hint left too high only makes recovery read an image it need not.
 	 */
 	return now > hint ? now : hint;
 }

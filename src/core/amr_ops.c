@@ -293,12 +293,12 @@ amr_split_commit(AmrStore *s, AmrTree *t, uint32_t leaf_id, uint64_t word,
 	amr_free_word_slot(s, old_word);
 
 	/*
-	 * GiST-style links, so that scans which collected their leaves before
-	 * the split find the moved entries: the right half inherits the old NSN
-	 * and right link, the left half gets a new NSN and points right.  The
-	 * halves share the leaf's access history, but each counts only this
-	 * split: inheriting the split score would make whole lineages look like
-	 * frequent splitters (rule R6).
+	 * GiST-style links, so that scans which collected their leaves before the
+	 * split find the moved entries: the right half inherits the old NSN and
+	 * right link, the left half gets a new NSN and points right.  The halves
+	 * share the leaf's access history, but each counts only this split:
+	 * inheriting the split score would make whole lineages look like frequent
+	 * splitters (rule R6).
 	 */
 	amr_leaf_volatile_reset(rv);
 	rv->nsn = lv->nsn;

@@ -469,7 +469,7 @@ amr_build_levels(AmrStore *s, AmrTree *t, bool nulls, AmrPackItem *items,
 			while (pos < bounds[c + 1])
 			{
 				size_t		take = bounds[c + 1] - pos < (size_t) fill ?
-					bounds[c + 1] - pos : (size_t) fill;
+				bounds[c + 1] - pos : (size_t) fill;
 				uint32_t	node_id = node_ids[used++];
 				AmrInnerNode *node = &s->nodes[node_id];
 
@@ -602,8 +602,14 @@ amr_rstar_split(const AmrFBox *boxes, int n, int min_fill, uint8_t *goes_right)
 
 	for (i = 0; i < n; i++)
 	{
-		order[0][i] = (SortRef) {pair_key(boxes[i].xlo, boxes[i].xhi), i};
-		order[1][i] = (SortRef) {pair_key(boxes[i].ylo, boxes[i].yhi), i};
+		order[0][i] = (SortRef)
+		{
+			pair_key(boxes[i].xlo, boxes[i].xhi), i
+		};
+		order[1][i] = (SortRef)
+		{
+			pair_key(boxes[i].ylo, boxes[i].yhi), i
+		};
 	}
 	for (axis = 0; axis < 2; axis++)
 	{

@@ -153,15 +153,18 @@ amr_flush(const void *addr, size_t len)
 	{
 		case FLUSH_CLWB:
 			for (; p < end; p += AMR_CACHELINE)
-				__asm__ volatile("clwb %0" : "+m"(*(volatile char *) p));
+				__asm__ volatile ("clwb %0":"+m" (*(volatile char *) p));
+
 			break;
 		case FLUSH_CLFLUSHOPT:
 			for (; p < end; p += AMR_CACHELINE)
-				__asm__ volatile("clflushopt %0" : "+m"(*(volatile char *) p));
+				__asm__ volatile ("clflushopt %0":"+m" (*(volatile char *) p));
+
 			break;
 		case FLUSH_CLFLUSH:
 			for (; p < end; p += AMR_CACHELINE)
-				__asm__ volatile("clflush %0" : "+m"(*(volatile char *) p));
+				__asm__ volatile ("clflush %0":"+m" (*(volatile char *) p));
+
 			break;
 		case FLUSH_NONE:
 			break;
@@ -188,7 +191,7 @@ amr_drain(void)
 {
 	if (flush_insn == FLUSH_NONE)
 		return;
-	__asm__ volatile("sfence" ::: "memory");
+	__asm__ volatile ("sfence":::"memory");
 }
 
 void

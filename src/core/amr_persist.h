@@ -22,7 +22,8 @@ typedef enum AmrPersistMode
 	AMR_PERSIST_CLWB,			/* clwb (clflushopt, clflush if absent) +
 								 * sfence */
 	AMR_PERSIST_CLFLUSH,		/* clflush + sfence */
-	AMR_PERSIST_NOP,			/* no flush, no fence: measurement only, unsafe */
+	AMR_PERSIST_NOP,			/* no flush, no fence: measurement only,
+								 * unsafe */
 	AMR_PERSIST_MSYNC,			/* pool is on a disk file: msync */
 	AMR_PERSIST_HOOK			/* pool is a DRAM copy of a disk file: the
 								 * write-back layer decides (amr_persist_hook) */

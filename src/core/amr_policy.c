@@ -97,12 +97,12 @@ amr_plan_moves(AmrCandidate *c, size_t n, uint64_t budget_leaves,
 
 	/*
 	 * R5: cold leaves to SSD, coldest first, only as many as the pool must
-	 * free (rule_quota, from amr_rule_excess).  Being cold alone is no
-	 * reason to leave PMEM: demoting every cold leaf emptied PMEM after a
-	 * build (nobody has queried its leaves yet), left PMEM paid for but
-	 * idle, and made queries wait for SSD reads.  With a budget, PMEM holds
-	 * the hottest leaves up to it, and the coldest leave first when it is
-	 * exceeded (below).
+	 * free (rule_quota, from amr_rule_excess).  Being cold alone is no reason
+	 * to leave PMEM: demoting every cold leaf emptied PMEM after a build
+	 * (nobody has queried its leaves yet), left PMEM paid for but idle, and
+	 * made queries wait for SSD reads.  With a budget, PMEM holds the hottest
+	 * leaves up to it, and the coldest leave first when it is exceeded
+	 * (below).
 	 */
 	if (can_demote)
 	{
@@ -121,9 +121,9 @@ amr_plan_moves(AmrCandidate *c, size_t n, uint64_t budget_leaves,
 	}
 
 	/*
-	 * R3/R4: promotions, hottest first, while they fit the budget; past it,
-	 * a promotion displaces the coldest remaining PMEM leaf if that one is
-	 * at most half as hot (so that two leaves cannot swap back and forth).
+	 * R3/R4: promotions, hottest first, while they fit the budget; past it, a
+	 * promotion displaces the coldest remaining PMEM leaf if that one is at
+	 * most half as hot (so that two leaves cannot swap back and forth).
 	 */
 	for (i = n; i-- > 0;)
 	{

@@ -125,7 +125,7 @@ transfer_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n,
 		{
 			uint64_t	off = amr_ssd_offset(slots[i]);
 			int			rc = write ? pwrite_full(io->fd, bufs[i], off) :
-				pread_full(io->fd, bufs[i], off);
+			pread_full(io->fd, bufs[i], off);
 
 			if (rc < 0)
 				return rc;

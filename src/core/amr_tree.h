@@ -49,7 +49,8 @@ typedef struct AmrInnerNode
 	float		ylo[AMR_INNER_FANOUT];
 	float		xhi[AMR_INNER_FANOUT];
 	float		yhi[AMR_INNER_FANOUT];
-	uint32_t	child[AMR_INNER_FANOUT];	/* node index, or leaf id at level 1 */
+	uint32_t	child[AMR_INNER_FANOUT];	/* node index, or leaf id at level
+											 * 1 */
 } AmrInnerNode;
 
 /*
@@ -59,7 +60,8 @@ typedef struct AmrInnerNode
  */
 typedef struct AmrLeafVolatile
 {
-	uint64_t	nsn;			/* tree split counter when this leaf last split */
+	uint64_t	nsn;			/* tree split counter when this leaf last
+								 * split */
 	uint32_t	rightlink;		/* leaf created by that split */
 	uint32_t	pins;			/* scans that may still return its entries */
 	/* accesses since the tier manager last folded them in (atomic adds) */
@@ -67,8 +69,8 @@ typedef struct AmrLeafVolatile
 	uint32_t	writes_pending;
 	uint32_t	splits_pending;
 	int32_t		dram_copy;		/* R6 hold: slot of its DRAM copy, or -1 */
-	uint32_t	ssd_cache_hint; /* SSD cache slot + 1 that last held a
-								 * copy, 0 if none (amr_ssdcache.c) */
+	uint32_t	ssd_cache_hint; /* SSD cache slot + 1 that last held a copy, 0
+								 * if none (amr_ssdcache.c) */
 	/* decayed scores, maintained by the tier manager (paper 3.5) */
 	float		hotness;		/* all accesses */
 	float		update_hot;		/* writes: appends, rewrites (R3) */
@@ -76,8 +78,8 @@ typedef struct AmrLeafVolatile
 	uint32_t	flags;			/* AMR_LEAF_VOLATILE_* */
 	double		last_fold;		/* when the scores were last decayed */
 	uint64_t	full_image_lsn; /* end of the last WAL record that carried
-								 * this leaf whole, 0 if none since the
-								 * server started (amr_wal.c) */
+								 * this leaf whole, 0 if none since the server
+								 * started (amr_wal.c) */
 } AmrLeafVolatile;
 
 /*
@@ -120,7 +122,7 @@ typedef struct AmrTree
 	uint64_t	write_promotions;	/* SSD leaves rewritten to PMEM by writes */
 	uint64_t	bytes_moved;
 	uint64_t	tier_passes;	/* tier-manager passes over this tree */
-	double		last_tier_pass;	/* seconds since the Unix epoch, 0 = never */
+	double		last_tier_pass; /* seconds since the Unix epoch, 0 = never */
 	/* lifecycle */
 	uint32_t	drops_pending;	/* atomic: transactions that will drop this
 								 * tree if they commit */

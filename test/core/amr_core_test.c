@@ -223,22 +223,31 @@ test_rounding(void)
 		-FLT_MIN, FLT_MAX, -FLT_MAX, 1.0f, -1.0f, INFINITY, -INFINITY};
 		uint32_t	u = (uint32_t) rng_next();
 		float		f;
+		float		ours;
+		float		libm;
 
 		memcpy(&f, &u, sizeof(f));
 		if (i < 12)
 			f = specials[i];
 		if (isnan(f))
 			continue;
+		/* compared bit for bit: -0.0f and 0.0f must not pass for each other */
 		if (f != -INFINITY)
-			CHECK(memcmp(&(float) {amr_float_below(f)}, &(float) {nextafterf(f, -INFINITY)},
-						 sizeof(float)) == 0 || (f == 0.0f && amr_float_below(f) == -FLT_TRUE_MIN),
-				  "float below %a: %a, nextafterf %a", f, amr_float_below(f),
-				  nextafterf(f, -INFINITY));
+		{
+			ours = amr_float_below(f);
+			libm = nextafterf(f, -INFINITY);
+			CHECK(memcmp(&ours, &libm, sizeof(float)) == 0 ||
+				  (f == 0.0f && ours == -FLT_TRUE_MIN),
+				  "float below %a: %a, nextafterf %a", f, ours, libm);
+		}
 		if (f != INFINITY)
-			CHECK(memcmp(&(float) {amr_float_above(f)}, &(float) {nextafterf(f, INFINITY)},
-						 sizeof(float)) == 0 || (f == 0.0f && amr_float_above(f) == FLT_TRUE_MIN),
-				  "float above %a: %a, nextafterf %a", f, amr_float_above(f),
-				  nextafterf(f, INFINITY));
+		{
+			ours = amr_float_above(f);
+			libm = nextafterf(f, INFINITY);
+			CHECK(memcmp(&ours, &libm, sizeof(float)) == 0 ||
+				  (f == 0.0f && ours == FLT_TRUE_MIN),
+				  "float above %a: %a, nextafterf %a", f, ours, libm);
+		}
 	}
 	return true;
 }
@@ -608,7 +617,10 @@ test_insert_and_search(void)
 
 			if (AMR_WORD_TIER(w) == AMR_TIER_NONE || !(st.lt[id].flags & AMR_LT_FLAG_NULLS))
 				continue;
-			items[nn].box = (AmrFBox) {0, 0, 0, 0};
+			items[nn].box = (AmrFBox)
+			{
+				0, 0, 0, 0
+			};
 			items[nn++].ref = id;
 		}
 		CHECK(amr_build_levels(&st, t, true, items, nn, 56, scratch, node_ids) == AMR_OK,
@@ -794,7 +806,10 @@ test_bulk_pack(void)
 	/* the collected candidates are exactly the leaves whose box passes */
 	k.strategy = AMR_STRAT_OVERLAP;
 	k.prune = true;
-	k.query = (AmrBox) {0.3, 0.3, 0.35, 0.4};
+	k.query = (AmrBox)
+	{
+		0.3, 0.3, 0.35, 0.4
+	};
 	amr_collect_leaves(&st, t, false, &k, 1, &list, NULL, NULL, test_realloc, NULL);
 	for (i = 0; i < st.lt_capacity; i++)
 	{
@@ -1193,7 +1208,10 @@ test_share_rule_quota(void)
 	CHECK(amr_share_rule_quota(lists, n, 3, 50, scratch, quota) == 5, "shares all 5");
 	CHECK(quota[0] == 2 && quota[2] == 3, "all of a's 2 and b's 3");
 
-	/* a list left out (tiering off) gets nothing; nothing to free, nothing shared */
+	/*
+	 * a list left out (tiering off) gets nothing; nothing to free, nothing
+	 * shared
+	 */
 	n[2] = 0;
 	CHECK(amr_share_rule_quota(lists, n, 3, 3, scratch, quota) == 2 &&
 		  quota[0] == 2 && quota[2] == 0, "only a's candidates");
