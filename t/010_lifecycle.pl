@@ -201,6 +201,34 @@ like($err, qr/database "other2" has amrtree indexes, which ALTER DATABASE SET TA
 $node->safe_psql('postgres', 'DROP DATABASE other2');
 is(usage(), $one, 'level unchanged');
 
+# --- a database copied from a template: the copy's metapages name the
+# template's trees, which stay the template's; the copy's indexes have no
+# tree of their own until they are rebuilt (amrtree.auto_rebuild), and the
+# copy answers correctly all along
+$node->safe_psql('postgres', 'CREATE DATABASE tmpl');
+$node->safe_psql('tmpl', q{
+CREATE EXTENSION amrtree;
+CREATE TABLE o (id int, b box);
+INSERT INTO o SELECT g, box(point(g % 97 / 97.0, g % 89 / 89.0), point(g % 97 / 97.0 + 0.01, g % 89 / 89.0 + 0.01))
+FROM generate_series(1, 5000) g;
+CREATE INDEX o_b ON o USING amrtree (b);});
+my $with_template = usage();
+for my $strategy ('WAL_LOG', 'FILE_COPY')
+{
+	my $copy = 'copy_' . lc $strategy;
+	$node->safe_psql('postgres', "CREATE DATABASE $copy TEMPLATE tmpl STRATEGY $strategy");
+	# writes before the rebuild skip the index; the rebuild reads the table
+	$node->safe_psql($copy, 'DELETE FROM o WHERE id % 3 = 0; INSERT INTO o SELECT id + 5000, b FROM o WHERE id < 300');
+	ok($node->poll_query_until($copy, q{SELECT status = 'ok' FROM amrtree_index_stats('o_b')}),
+		"$strategy copy: its index is rebuilt in the background");
+	works('o_b', "$strategy copy", $copy);
+	works('o_b', "the template after the $strategy copy", 'tmpl');
+	$node->safe_psql('postgres', "DROP DATABASE $copy");
+	is(usage(), $with_template, "$strategy copy dropped: its tree is freed, the template's stays");
+}
+$node->safe_psql('postgres', 'DROP DATABASE tmpl');
+is(usage(), $one, 'template dropped: level unchanged');
+
 # --- clean restart: nothing changes
 $node->restart;
 is(usage(), $one, 'a clean restart keeps the level (the index in a tablespace is no orphan)');
