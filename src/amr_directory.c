@@ -657,6 +657,10 @@ amr_object_access(ObjectAccessType access, Oid classId, Oid objectId,
 		amr_is_reconciled())
 		remember_drop_of_temp_index(objectId);
 
+	/* a rebuild worker's REINDEX CONCURRENTLY creating its new copy */
+	if (access == OAT_POST_CREATE && classId == RelationRelationId && subId == 0)
+		amr_heal_note_created(objectId);
+
 	/*
 	 * Permanent relations: see note_storage_drops().  Before the first
 	 * reconciliation of this server's life nothing is freed here: it will

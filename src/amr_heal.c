@@ -48,8 +48,10 @@
 #include "catalog/pg_database.h"
 #include "catalog/pg_index.h"
 #include "commands/defrem.h"
+#include "commands/tablecmds.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "nodes/value.h"
 #include "optimizer/plancat.h"
 #include "parser/parse_node.h"
 #include "pgstat.h"
@@ -78,6 +80,16 @@ static get_relation_info_hook_type prev_get_relation_info_hook = NULL;
 
 /* the tier manager's handle on the rebuild worker it launched */
 static BackgroundWorkerHandle *rebuild_worker = NULL;
+
+/*
+ * A rebuild worker notes the relations its REINDEX CONCURRENTLY creates
+ * (the new copy of the index), so that a failed rebuild can drop what it
+ * left behind.  One REINDEX of one index creates one index.
+ */
+#define AMR_HEAL_MAX_CREATED	4
+static bool rebuild_noting = false;
+static Oid	rebuild_created[AMR_HEAL_MAX_CREATED];
+static int	rebuild_ncreated = 0;
 
 /* ---- requests ---- */
 
@@ -363,6 +375,113 @@ indexes_lacking_tree(void)
 }
 
 /*
+ * In a PG_CATCH of a command the worker runs as a top-level statement would:
+ * log the error and abort its transaction, back in the worker's context.
+ */
+static void
+abort_after_error(MemoryContext cxt)
+{
+	MemoryContextSwitchTo(cxt);
+	HOLD_INTERRUPTS();
+	EmitErrorReport();
+	FlushErrorState();
+	AbortCurrentTransaction();
+	RESUME_INTERRUPTS();
+}
+
+/* Object access hook: see rebuild_created. */
+void
+amr_heal_note_created(Oid relid)
+{
+	if (rebuild_noting && rebuild_ncreated < AMR_HEAL_MAX_CREATED)
+		rebuild_created[rebuild_ncreated++] = relid;
+}
+
+/*
+ * After a failed REINDEX CONCURRENTLY: drop indexoid, concurrently, as an
+ * administrator would by hand, if it is an invalid index of the table
+ * heapoid.  The caller passes only what its rebuild created and the index
+ * it rebuilt, so this drops the invalid "_ccnew" copy a failure leaves (or
+ * the old index, "_ccold", if the failure came after the swap) and nothing
+ * else; the next run would leave another copy beside it.  A failure to drop
+ * is logged and leaves the index to the administrator.
+ */
+static void
+drop_if_left_invalid(Oid indexoid, Oid heapoid)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	char	   *nspname = NULL;
+	char	   *relname = NULL;
+	bool		dropped = false;
+	HeapTuple	tup;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(indexoid));
+	if (HeapTupleIsValid(tup))
+	{
+		Form_pg_index idx = (Form_pg_index) GETSTRUCT(tup);
+
+		if (idx->indrelid == heapoid && !idx->indisvalid)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			nspname = get_namespace_name(get_rel_namespace(indexoid));
+			relname = get_rel_name(indexoid);
+			MemoryContextSwitchTo(old);
+		}
+		ReleaseSysCache(tup);
+	}
+	if (nspname == NULL || relname == NULL)
+	{
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		return;
+	}
+	pgstat_report_activity(STATE_RUNNING, psprintf("DROP INDEX CONCURRENTLY %s",
+												   quote_qualified_identifier(nspname, relname)));
+	PG_TRY();
+	{
+		DropStmt   *stmt;
+
+		/*
+		 * In the worker's context, as a client's statement runs in its
+		 * portal's: the concurrent drop commits the transaction it started
+		 * in, and RemoveRelations still uses what it allocated before that.
+		 */
+		MemoryContextSwitchTo(cxt);
+		stmt = makeNode(DropStmt);
+		stmt->removeType = OBJECT_INDEX;
+		stmt->objects = list_make1(list_make2(makeString(nspname), makeString(relname)));
+		stmt->behavior = DROP_RESTRICT;
+		stmt->missing_ok = true;
+		stmt->concurrent = true;
+		RemoveRelations(stmt);
+		if (ActiveSnapshotSet())
+			PopActiveSnapshot();
+		CommitTransactionCommand();
+		dropped = true;
+	}
+	PG_CATCH();
+	{
+		abort_after_error(cxt);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	if (dropped)
+		ereport(LOG,
+				(errmsg("amrtree: dropped index \"%s.%s\", which the failed rebuild left invalid",
+						nspname, relname)));
+	else
+		ereport(LOG,
+				(errmsg("amrtree: could not drop index \"%s.%s\", which the failed rebuild left invalid",
+						nspname, relname),
+				 errhint("The error above says why; drop it with DROP INDEX CONCURRENTLY %s.",
+						 quote_qualified_identifier(nspname, relname))));
+}
+
+/*
  * REINDEX INDEX CONCURRENTLY, as a client's top-level statement would run
  * it (it commits and starts transactions of its own); a plain REINDEX
  * where PostgreSQL refuses the concurrent one (exclusion constraints).
@@ -374,6 +493,7 @@ rebuild_one(Oid indexoid)
 	MemoryContext cxt = CurrentMemoryContext;
 	char	   *nspname = NULL;
 	char	   *relname = NULL;
+	Oid			heapoid = InvalidOid;
 	bool		concurrently = true;
 	bool		done = false;
 
@@ -389,6 +509,7 @@ rebuild_one(Oid indexoid)
 
 			nspname = get_namespace_name(RelationGetNamespace(index));
 			relname = pstrdup(RelationGetRelationName(index));
+			heapoid = index->rd_index->indrelid;
 			concurrently = !index->rd_index->indisexclusion;
 			MemoryContextSwitchTo(old);
 		}
@@ -410,6 +531,8 @@ rebuild_one(Oid indexoid)
 					   "REINDEX INDEX: PostgreSQL cannot rebuild an exclusion constraint's index concurrently; writes to the table wait.")));
 	pgstat_report_activity(STATE_RUNNING, psprintf("REINDEX INDEX %s%s", concurrently ? "CONCURRENTLY " : "",
 												   quote_qualified_identifier(nspname, relname)));
+	rebuild_ncreated = 0;
+	rebuild_noting = concurrently;
 	PG_TRY();
 	{
 		ReindexStmt *stmt = makeNode(ReindexStmt);
@@ -427,24 +550,31 @@ rebuild_one(Oid indexoid)
 	}
 	PG_CATCH();
 	{
-		MemoryContextSwitchTo(cxt);
-		HOLD_INTERRUPTS();
-		EmitErrorReport();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		RESUME_INTERRUPTS();
+		abort_after_error(cxt);
 	}
 	PG_END_TRY();
+	rebuild_noting = false;
 	MemoryContextSwitchTo(cxt);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	if (done)
 		ereport(LOG,
 				(errmsg("amrtree: rebuilt index \"%s.%s\"", nspname, relname)));
 	else
+	{
 		ereport(LOG,
 				(errmsg("amrtree: could not rebuild index \"%s.%s\"", nspname, relname),
 				 errhint("The error above says why; amrtree tries again when the index is next used, or run REINDEX INDEX %s.",
 						 quote_qualified_identifier(nspname, relname))));
+		if (concurrently)
+		{
+			int			i;
+
+			/* the new copy, or the old index if they were swapped */
+			for (i = 0; i < rebuild_ncreated; i++)
+				drop_if_left_invalid(rebuild_created[i], heapoid);
+			drop_if_left_invalid(indexoid, heapoid);
+		}
+	}
 	return done;
 }
 

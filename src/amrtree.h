@@ -439,6 +439,9 @@ extern void amr_heal_launch_pending(void);
 
 extern PGDLLEXPORT void amr_rebuild_worker_main(Datum main_arg);
 
+/* Object access hook: a relation was created (a rebuild notes its copy). */
+extern void amr_heal_note_created(Oid relid);
+
 /* At preload: the drop and utility hooks and the transaction callbacks. */
 extern void amr_directory_register_hooks(void);
 

@@ -167,5 +167,54 @@ is(mismatches('postgres', 't'), 0, 'the rebuilt index agrees with a sequential s
 is($node->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and is valid');
 is($node->safe_psql('other', q{SELECT amrtree_check('o_b')}), 't', 'o_b too');
 ok(!$node->log_contains('rebuilding index "public.o_b"', $log_offset), 'and it was not rebuilt');
+
+# --- a rebuild that fails leaves nothing behind.  With rebuilds off, the
+# pool is lost again and a writer's transaction stays open; rebuilds on,
+# REINDEX CONCURRENTLY creates its copy and waits for that writer; it is
+# cancelled there, and the worker drops the invalid copy (waiting for the
+# writer as DROP INDEX CONCURRENTLY does); a later run rebuilds the index.
+$node->stop;
+$node->append_conf('postgresql.conf', "amrtree.auto_rebuild = off\n");
+unlink $pool or die "unlink $pool: $!";
+$log_offset = -s $node->logfile;
+$node->start;
+my $writer = $node->background_psql('postgres');
+$writer->query_safe(q{BEGIN; INSERT INTO t (b) VALUES (box '((7,7),(8,8))')});
+$node->safe_psql('postgres', q{ALTER SYSTEM SET amrtree.auto_rebuild = on; SELECT pg_reload_conf()});
+my $rebuilder = q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'amrtree rebuild'
+  AND wait_event_type = 'Lock' AND query = '%s'};
+ok($node->poll_query_until('postgres', sprintf("SELECT EXISTS (%s)",
+	sprintf($rebuilder, 'REINDEX INDEX CONCURRENTLY public.t_b'))),
+	'the rebuild of t_b waits for the open writer');
+is($node->safe_psql('postgres', q{SELECT indisvalid FROM pg_index WHERE indexrelid = 'public.t_b_ccnew'::regclass}),
+	'f', 'its copy t_b_ccnew exists, invalid');
+$node->safe_psql('postgres', sprintf('SELECT pg_cancel_backend(pid) FROM (%s) w',
+	sprintf($rebuilder, 'REINDEX INDEX CONCURRENTLY public.t_b')));
+ok($node->poll_query_until('postgres', sprintf("SELECT EXISTS (%s)",
+	sprintf($rebuilder, 'DROP INDEX CONCURRENTLY public.t_b_ccnew'))),
+	'cancelled, the worker drops the copy, waiting for the writer');
+$writer->query_safe('COMMIT');
+$writer->quit;
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM pg_class WHERE relname LIKE 't_b_cc%'}),
+	'no leftover of the failed rebuild');
+ok($node->log_contains('could not rebuild index "public.t_b"', $log_offset), 'the log says the rebuild failed');
+ok($node->log_contains('dropped index "public.t_b_ccnew", which the failed rebuild left invalid', $log_offset),
+	'and that the worker dropped its copy');
+$deadline = time + 150;
+$back = 0;
+while (time < $deadline)
+{
+	if (uses_index('postgres', 't', 't_b'))
+	{
+		$back = 1;
+		last;
+	}
+	usleep(500_000);
+}
+ok($back, 'a later run rebuilds t_b (after the wait that follows a failure)');
+is(mismatches('postgres', 't'), 0, 'the rebuilt index agrees with a sequential scan');
+is($node->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and is valid');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname LIKE 't_b_cc%'}),
+	'0', 'no leftover after the second run either');
 $node->stop;
 done_testing();
