@@ -39,7 +39,7 @@ fi
 
 cd "$AMR_ROOT"
 if [ ${#FILES[@]} -eq 0 ]; then
-	mapfile -t FILES < <(find src test bench -name '*.[ch]' -not -path '*/.test-run/*' | sort)
+	mapfile -t FILES < <(find src test bench -name '*.[ch]' -not -path '*/.run/*' | sort)
 fi
 
 TMP="$(mktemp -d)"
@@ -49,13 +49,13 @@ trap 'rm -rf "$TMP"' EXIT
 # and "typedef ... (*Name)(...)"; plus what system headers provide
 {
 	grep -rhoE '^\}[[:space:]]*[A-Za-z_][A-Za-z0-9_]*[[:space:]]*;' \
-		"$("$PG_BIN/pg_config" --includedir-server)" src test bench |
+		--include='*.[ch]' "$("$PG_BIN/pg_config" --includedir-server)" src test bench |
 		sed -E 's/^\}[[:space:]]*//; s/[[:space:]]*;$//'
 	grep -rhoE '^typedef[^;(]*[[:space:]*][A-Za-z_][A-Za-z0-9_]*[[:space:]]*;' \
-		"$("$PG_BIN/pg_config" --includedir-server)" src test bench |
+		--include='*.[ch]' "$("$PG_BIN/pg_config" --includedir-server)" src test bench |
 		sed -E 's/.*[[:space:]*]([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*;$/\1/'
 	grep -rhoE '^typedef[^;]*\([[:space:]]*\*[[:space:]]*[A-Za-z_][A-Za-z0-9_]*\)' \
-		"$("$PG_BIN/pg_config" --includedir-server)" src test bench |
+		--include='*.[ch]' "$("$PG_BIN/pg_config" --includedir-server)" src test bench |
 		sed -E 's/.*\([[:space:]]*\*[[:space:]]*([A-Za-z_][A-Za-z0-9_]*)\)$/\1/'
 	printf '%s\n' bool size_t ssize_t off_t pid_t mode_t time_t FILE va_list \
 		sigjmp_buf pthread_t uintptr_t intptr_t PMEMobjpool PMEMoid \

@@ -58,6 +58,7 @@
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "storage/spin.h"
 #include "tcop/tcopprot.h"
@@ -471,14 +472,92 @@ drop_if_left_invalid(Oid indexoid, Oid heapoid)
 	pgstat_report_activity(STATE_IDLE, NULL);
 	if (dropped)
 		ereport(LOG,
-				(errmsg("amrtree: dropped index \"%s.%s\", which the failed rebuild left invalid",
+				(errmsg("amrtree: dropped index \"%s.%s\", which a failed rebuild left invalid",
 						nspname, relname)));
 	else
 		ereport(LOG,
-				(errmsg("amrtree: could not drop index \"%s.%s\", which the failed rebuild left invalid",
+				(errmsg("amrtree: could not drop index \"%s.%s\", which a failed rebuild left invalid",
 						nspname, relname),
 				 errhint("The error above says why; drop it with DROP INDEX CONCURRENTLY %s.",
 						 quote_qualified_identifier(nspname, relname))));
+}
+
+/*
+ * Is name what REINDEX CONCURRENTLY calls its copy of the index "orig"
+ * ("orig_ccnew", then "orig_ccnew1", ... if taken; orig shortened to fit)?
+ */
+static bool
+is_copy_name(const char *name, const char *orig)
+{
+	int			n;
+
+	for (n = 0; n < 1000; n++)
+	{
+		char		label[NAMEDATALEN];
+		char	   *candidate;
+		bool		same;
+
+		if (n == 0)
+			strlcpy(label, "ccnew", sizeof(label));
+		else
+			snprintf(label, sizeof(label), "ccnew%d", n);
+		candidate = makeObjectName(orig, NULL, label);
+		same = strcmp(name, candidate) == 0;
+		pfree(candidate);
+		if (same)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The invalid copies of index that earlier rebuilds left when they were
+ * stopped before they could drop them (a worker terminated, a shutdown):
+ * invalid indexes of the same table named as REINDEX CONCURRENTLY names
+ * its copy of this one.  Only while no one builds an index of the table
+ * concurrently: such a build holds the lock tried here for as long as its
+ * own copy is invalid.  The lock is kept to the end of the transaction.
+ * Returns their OIDs, allocated in cxt.
+ */
+static List *
+leftover_copies(Relation index, MemoryContext cxt)
+{
+	Oid			heapoid = index->rd_index->indrelid;
+	Relation	heap;
+	List	   *indexes;
+	ListCell   *lc;
+	List	   *result = NIL;
+
+	if (!ConditionalLockRelationOid(heapoid, ShareUpdateExclusiveLock))
+		return NIL;
+	heap = table_open(heapoid, NoLock);
+	indexes = RelationGetIndexList(heap);
+	table_close(heap, NoLock);
+	foreach(lc, indexes)
+	{
+		Oid			oid = lfirst_oid(lc);
+		HeapTuple	tup;
+		bool		invalid;
+		char	   *name;
+
+		if (oid == RelationGetRelid(index))
+			continue;
+		tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(oid));
+		if (!HeapTupleIsValid(tup))
+			continue;
+		invalid = !((Form_pg_index) GETSTRUCT(tup))->indisvalid;
+		ReleaseSysCache(tup);
+		if (invalid && (name = get_rel_name(oid)) != NULL &&
+			is_copy_name(name, RelationGetRelationName(index)))
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			result = lappend_oid(result, oid);
+			MemoryContextSwitchTo(old);
+		}
+	}
+	list_free(indexes);
+	return result;
 }
 
 /*
@@ -494,6 +573,8 @@ rebuild_one(Oid indexoid)
 	char	   *nspname = NULL;
 	char	   *relname = NULL;
 	Oid			heapoid = InvalidOid;
+	List	   *leftovers = NIL;
+	ListCell   *lc;
 	bool		concurrently = true;
 	bool		done = false;
 
@@ -512,6 +593,8 @@ rebuild_one(Oid indexoid)
 			heapoid = index->rd_index->indrelid;
 			concurrently = !index->rd_index->indisexclusion;
 			MemoryContextSwitchTo(old);
+			if (concurrently)
+				leftovers = leftover_copies(index, cxt);
 		}
 		if (index != NULL)
 			relation_close(index, AccessShareLock);
@@ -522,6 +605,17 @@ rebuild_one(Oid indexoid)
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 		return true;
+	}
+	if (leftovers != NIL)
+	{
+		/* each drop runs in transactions of its own */
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(cxt);
+		foreach(lc, leftovers)
+			drop_if_left_invalid(lfirst_oid(lc), heapoid);
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
 	}
 	ereport(LOG,
 			(errmsg("amrtree: rebuilding index \"%s.%s\", which has no tree in this server's pool",

@@ -198,7 +198,7 @@ $writer->quit;
 ok($node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM pg_class WHERE relname LIKE 't_b_cc%'}),
 	'no leftover of the failed rebuild');
 ok($node->log_contains('could not rebuild index "public.t_b"', $log_offset), 'the log says the rebuild failed');
-ok($node->log_contains('dropped index "public.t_b_ccnew", which the failed rebuild left invalid', $log_offset),
+ok($node->log_contains('dropped index "public.t_b_ccnew", which a failed rebuild left invalid', $log_offset),
 	'and that the worker dropped its copy');
 $deadline = time + 150;
 $back = 0;
@@ -216,5 +216,46 @@ is(mismatches('postgres', 't'), 0, 'the rebuilt index agrees with a sequential s
 is($node->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and is valid');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname LIKE 't_b_cc%'}),
 	'0', 'no leftover after the second run either');
+
+# --- a rebuild stopped outright (its worker terminated, as a shutdown
+# does) cannot drop its copy: the next run finds the copy by its name and
+# drops it before it rebuilds
+$node->safe_psql('postgres', q{ALTER SYSTEM SET amrtree.auto_rebuild = off});
+$node->stop;
+unlink $pool or die "unlink $pool: $!";
+$log_offset = -s $node->logfile;
+$node->start;
+$writer = $node->background_psql('postgres');
+$writer->query_safe(q{BEGIN; INSERT INTO t (b) VALUES (box '((9,9),(10,10))')});
+$node->safe_psql('postgres', q{ALTER SYSTEM SET amrtree.auto_rebuild = on; SELECT pg_reload_conf()});
+ok($node->poll_query_until('postgres', sprintf("SELECT EXISTS (%s)",
+	sprintf($rebuilder, 'REINDEX INDEX CONCURRENTLY public.t_b'))),
+	'the rebuild of t_b waits for the open writer again');
+$node->safe_psql('postgres', sprintf('SELECT pg_terminate_backend(pid) FROM (%s) w',
+	sprintf($rebuilder, 'REINDEX INDEX CONCURRENTLY public.t_b')));
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'amrtree rebuild' AND query LIKE '%t_b%'}),
+	'its worker is terminated');
+is($node->safe_psql('postgres', q{SELECT indisvalid FROM pg_index WHERE indexrelid = 'public.t_b_ccnew'::regclass}),
+	'f', 'and has left its copy t_b_ccnew, invalid');
+$writer->query_safe('COMMIT');
+$writer->quit;
+$deadline = time + 150;
+$back = 0;
+while (time < $deadline)
+{
+	if (uses_index('postgres', 't', 't_b'))
+	{
+		$back = 1;
+		last;
+	}
+	usleep(500_000);
+}
+ok($back, 'the next run rebuilds t_b');
+ok($node->log_contains('dropped index "public.t_b_ccnew", which a failed rebuild left invalid', $log_offset),
+	'after dropping the copy the terminated one left');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname LIKE 't_b_cc%'}),
+	'0', 'no leftover remains');
+is(mismatches('postgres', 't'), 0, 'the rebuilt index agrees with a sequential scan');
 $node->stop;
 done_testing();
