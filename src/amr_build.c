@@ -884,6 +884,22 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 	if (RelationGetNumberOfBlocks(index) != 0)
 		elog(ERROR, "index \"%s\" already contains data", RelationGetRelationName(index));
 
+	/*
+	 * pg_upgrade restores the schema into the new cluster, then puts the old
+	 * cluster's relation files -- this metapage included -- in place of the
+	 * new ones under the same relfilenode.  A tree built here would be empty,
+	 * yet found by that storage identity (see find_tree_of), and the index
+	 * would return no rows.  So build none: the upgraded index has no tree in
+	 * this pool and is rebuilt once the new server runs (docs/design.md,
+	 * "pg_upgrade").
+	 */
+	if (IsBinaryUpgrade)
+	{
+		amr_metapage_write(index, MAIN_FORKNUM, AMR_NO_TREE);
+		result = (IndexBuildResult *) palloc0(sizeof(IndexBuildResult));
+		return result;
+	}
+
 	tree_no = amr_tree_create(index, unlogged);
 	t = &amr_store.trees[tree_no];
 	AMR_FAULT_POINT("build:after_tree_created");
@@ -962,7 +978,11 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 void
 amrbuildempty(Relation index)
 {
-	AmrTree    *t = amr_tree_open(index);
-
-	amr_metapage_write(index, INIT_FORKNUM, t->tree_no);
+	/* under pg_upgrade amrbuild made no tree: see there */
+	if (IsBinaryUpgrade)
+	{
+		amr_metapage_write(index, INIT_FORKNUM, AMR_NO_TREE);
+		return;
+	}
+	amr_metapage_write(index, INIT_FORKNUM, amr_tree_open(index)->tree_no);
 }

@@ -364,7 +364,8 @@ fill_metapage(Page page, uint32 tree_no, Relation index)
 	meta->version = AMR_META_VERSION;
 	meta->pool_id = amr_shared->pool_id;
 	meta->tree_no = tree_no;
-	meta->tree_generation = amr_store.tree_records[tree_no].generation;
+	meta->tree_generation = tree_no < AMR_MAX_TREES ?
+		amr_store.tree_records[tree_no].generation : 0;
 	meta->db_oid = MyDatabaseId;
 	meta->relfilenode = index->rd_node.relNode;
 	((PageHeader) page)->pd_lower = ((char *) meta + sizeof(AmrMetaPageData)) - (char *) page;

@@ -284,7 +284,12 @@ amr_heal_launch_pending(void)
 		pfree(rebuild_worker);
 		rebuild_worker = NULL;
 	}
-	if (!amr_auto_rebuild || RecoveryInProgress())
+	/*
+	 * Not under pg_upgrade: its indexes have no tree on purpose (amrbuild),
+	 * and a REINDEX would give them storage that pg_upgrade does not expect.
+	 * They are rebuilt once the upgraded server runs.
+	 */
+	if (!amr_auto_rebuild || RecoveryInProgress() || IsBinaryUpgrade)
 		return;
 	/* after a failed run, wait (the requests are kept meanwhile) */
 	now = GetCurrentTimestamp();

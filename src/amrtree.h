@@ -374,6 +374,9 @@ extern void amr_note_replay_end(XLogRecPtr replay_end);
 #define AMR_META_MAGIC		0x4d524d41	/* "AMRM" */
 #define AMR_META_VERSION	1
 
+/* The tree_no of a metapage that names no tree (built under pg_upgrade). */
+#define AMR_NO_TREE			UINT32_MAX
+
 typedef struct AmrMetaPageData
 {
 	uint32		magic;

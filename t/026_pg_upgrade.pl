@@ -1,0 +1,116 @@
+# pg_upgrade of a cluster with amrtree indexes.  pg_upgrade restores the
+# schema into the new cluster (building every index on an empty table) and
+# then puts the old cluster's files in place of the new ones, under the same
+# relfilenodes; the old pool stays behind.  The upgraded indexes must never
+# answer from a tree built during the schema restore (that tree is empty):
+# from the first query on, every query returns what a sequential scan
+# returns; then the indexes are rebuilt in the background and used again,
+# valid and equal to a sequential scan.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
+use AmrTree;
+
+# both with amrtree's default pool, a file in the data directory
+my $old = amr_node('old', pool => undef);
+$old->start;
+$old->safe_psql('postgres', 'CREATE EXTENSION amrtree');
+amr_load_porto($old, 'trips', 20000, 26);
+$old->safe_psql('postgres', q{
+CREATE INDEX trips_b ON trips USING amrtree (b) WITH (pmem_budget = '40%');
+CREATE INDEX trips_b_third ON trips USING amrtree (b) WHERE id % 3 = 0;
+CREATE TABLE pts (id int, p point);
+INSERT INTO pts SELECT i, point(i % 100, i / 100) FROM generate_series(1, 5000) i;
+CREATE INDEX pts_p ON pts USING amrtree (p);
+CREATE UNLOGGED TABLE scratch (id int, b box);
+INSERT INTO scratch SELECT i, box(point(i, i), point(i + 1, i + 1)) FROM generate_series(1, 1000) i;
+CREATE INDEX scratch_b ON scratch USING amrtree (b);
+});
+amr_setup_parity($old);
+$old->safe_psql('postgres', q{
+CREATE TABLE amr_windows (qid int, qb box);
+INSERT INTO amr_windows
+SELECT g, box(point(x, y), point(x + w, y + w * 0.7))
+FROM (SELECT g, -8.66 + (g % 10) * 0.009 AS x, 41.13 + (g / 10) * 0.008 AS y,
+             0.0005 * (1 + g % 7) AS w FROM generate_series(0, 29) g) s;
+INSERT INTO amr_windows VALUES (100, '((-8.7,41.0),(-8.5,41.2))');
+});
+my $fingerprint = amr_fingerprint($old, 'trips');
+my ($mismatch, $rows) = amr_parity_mismatches($old, 'trips');
+is($mismatch, 0, "before the upgrade the index agrees with a sequential scan ($rows rows)");
+$old->stop;
+
+my $new = amr_node('new', pool => undef);
+my $bindir = $new->config_data('--bindir');
+my $workdir = PostgreSQL::Test::Utils::tempdir();
+chdir $workdir;    # pg_upgrade writes its scripts into the current directory
+command_ok(
+	[
+		'pg_upgrade', '--no-sync',
+		'-d', $old->data_dir, '-D', $new->data_dir,
+		'-b', $bindir, '-B', $bindir,
+		'-s', $new->host,
+		'-p', $old->port, '-P', $new->port
+	],
+	'pg_upgrade');
+
+$new->start;
+
+# the same query through the index if the planner takes it, and without
+sub agrees
+{
+	my ($query) = @_;
+	my $with = $new->safe_psql('postgres', "SET enable_seqscan = off; $query");
+	my $without = $new->safe_psql('postgres',
+		"SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off; $query");
+	return $with eq $without && $with ne '' ? 1 : 0;
+}
+my @queries = (
+	q{SELECT count(*), sum(id) FROM trips WHERE b && box '((-8.64,41.14),(-8.6,41.17))'},
+	q{SELECT count(*), sum(id) FROM trips WHERE id % 3 = 0 AND b && box '((-8.64,41.14),(-8.6,41.17))'},
+	q{SELECT count(*), sum(id) FROM pts WHERE p <@ box '((10,10),(30,25))'},
+	q{SELECT count(*), sum(id) FROM scratch WHERE b && box '((100,100),(200,200))'});
+my $agree = 0;
+$agree += agrees($_) for @queries;
+is($agree, scalar @queries, 'right after the upgrade every query returns what a sequential scan returns');
+my ($m) = amr_parity_mismatches($new, 'trips');
+is($m, 0, 'so does every strategy on every window');
+
+sub uses
+{
+	my ($index, $query) = @_;
+	return $new->safe_psql('postgres', "SET enable_seqscan = off; EXPLAIN (COSTS OFF) $query") =~ /\Q$index\E/;
+}
+my $deadline = time + 120;
+my $back = 0;
+while (time < $deadline)
+{
+	if (uses('trips_b', $queries[0]) && uses('trips_b_third', $queries[1]) && uses('pts_p', $queries[2])
+		&& uses('scratch_b', $queries[3]))
+	{
+		$back = 1;
+		last;
+	}
+	usleep(300_000);
+}
+ok($back, 'the upgraded indexes are rebuilt in the background and used again');
+ok($new->log_contains('amrtree: rebuilt index "public.trips_b"'), 'the log says trips_b was rebuilt');
+$agree = 0;
+$agree += agrees($_) for @queries;
+is($agree, scalar @queries, 'through the rebuilt indexes every query returns what a sequential scan returns');
+is(amr_fingerprint($new, 'trips'), $fingerprint, 'every strategy returns the rows it returned before the upgrade');
+is($new->safe_psql('postgres', q{
+SELECT bool_and(amrtree_check(c.oid))
+FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'amrtree' AND c.relkind = 'i'}),
+	't', 'amrtree_check passes for every index');
+is($new->safe_psql('postgres', q{SELECT reloptions::text FROM pg_class WHERE relname = 'trips_b'}),
+	'{pmem_budget=40%}', 'the storage parameters came through');
+is($new->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname LIKE '%\_cc%'}),
+	'0', 'no leftover of the rebuilds');
+
+$new->stop;
+done_testing();
