@@ -284,6 +284,7 @@ amr_heal_launch_pending(void)
 		pfree(rebuild_worker);
 		rebuild_worker = NULL;
 	}
+
 	/*
 	 * Not under pg_upgrade: its indexes have no tree on purpose (amrbuild),
 	 * and a REINDEX would give them storage that pg_upgrade does not expect.
