@@ -24,14 +24,8 @@ DELETE FROM trips WHERE id % 7 = 0;
 VACUUM ANALYZE trips;
 });
 amr_setup_parity($node);
-$node->safe_psql('postgres', q{
-CREATE TABLE amr_windows (qid int, qb box);
-INSERT INTO amr_windows
-SELECT g, box(point(x, y), point(x + w, y + w * 0.7))
-FROM (SELECT g, -8.66 + (g % 10) * 0.009 AS x, 41.13 + (g / 10) * 0.008 AS y,
-             0.0005 * (1 + g % 7) AS w FROM generate_series(0, 29) g) s;
-INSERT INTO amr_windows VALUES (100, '((-8.7,41.0),(-8.5,41.2))'), (101, '((-8.62,41.14),(-8.61,41.15))');
-});
+amr_porto_windows($node);
+$node->safe_psql('postgres', q{INSERT INTO amr_windows VALUES (101, '((-8.62,41.14),(-8.61,41.15))')});
 
 my ($mismatch, $rows) = amr_parity_mismatches($node, 'trips');
 is($mismatch, 0, 'index agrees with a sequential scan before restart');

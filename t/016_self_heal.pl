@@ -69,6 +69,20 @@ sub uses_index
 	return $plan =~ /\Q$index\E/;
 }
 
+# Wait up to $secs until the planner uses every one of the (db, table,
+# index) triples again; whether it did.
+sub used_again_within
+{
+	my ($secs, @indexes) = @_;
+	my $deadline = time + $secs;
+	while (time < $deadline)
+	{
+		return 1 unless grep { !uses_index(@$_) } @indexes;
+		usleep(300_000);
+	}
+	return 0;
+}
+
 ok(uses_index('postgres', 't', 't_b'), 'the index is used before the pool is lost');
 is(mismatches('postgres', 't'), 0, 'and agrees with a sequential scan');
 
@@ -97,18 +111,8 @@ my ($ret, $out, $err) = $node->psql('postgres', q{INSERT INTO t (b) VALUES (box 
 is($ret, 0, 'and an INSERT succeeds') or diag($err);
 
 # the index comes back by itself
-my $deadline = time + 120;
-my $back = 0;
-while (time < $deadline)
-{
-	if (uses_index('postgres', 't', 't_b') && uses_index('other', 'o', 'o_b'))
-	{
-		$back = 1;
-		last;
-	}
-	usleep(200_000);
-}
-ok($back, 'both indexes are chosen by the planner again, with no REINDEX by hand');
+ok(used_again_within(120, [ 'postgres', 't', 't_b' ], [ 'other', 'o', 'o_b' ]),
+	'both indexes are chosen by the planner again, with no REINDEX by hand');
 $pgbench->finish;
 is($?, 0, 'the pgbench load through the rebuild succeeded') or diag($pgb_err);
 like($pgb_out, qr/number of failed transactions: 0/, '... with no failed transaction');
@@ -149,18 +153,8 @@ is(mismatches('postgres', 't'), 0, 'with the slot file wiped, queries still retu
 is($ret, 0, 'and an INSERT succeeds') or diag($err);
 ok(uses_index('other', 'o', 'o_b'), 'an index with no leaf on the SSD tier is untouched');
 is($node->safe_psql('other', q{SELECT status FROM amrtree_index_stats('o_b')}), 'ok', '... its status is ok');
-$deadline = time + 120;
-$back = 0;
-while (time < $deadline)
-{
-	if (uses_index('postgres', 't', 't_b'))
-	{
-		$back = 1;
-		last;
-	}
-	usleep(200_000);
-}
-ok($back, 't_b is chosen by the planner again, with no REINDEX by hand');
+ok(used_again_within(120, [ 'postgres', 't', 't_b' ]),
+	't_b is chosen by the planner again, with no REINDEX by hand');
 ok($node->log_contains('cannot be used .*starting a new one', $log_offset), 'the log says the slot file was replaced');
 ok(scalar(my @aside = glob("$slots.lost-*")), 'the wiped file was kept aside');
 is(mismatches('postgres', 't'), 0, 'the rebuilt index agrees with a sequential scan');
@@ -200,18 +194,8 @@ ok($node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM pg_class WHERE
 ok($node->log_contains('could not rebuild index "public.t_b"', $log_offset), 'the log says the rebuild failed');
 ok($node->log_contains('dropped index "public.t_b_ccnew", which a failed rebuild left invalid', $log_offset),
 	'and that the worker dropped its copy');
-$deadline = time + 150;
-$back = 0;
-while (time < $deadline)
-{
-	if (uses_index('postgres', 't', 't_b'))
-	{
-		$back = 1;
-		last;
-	}
-	usleep(500_000);
-}
-ok($back, 'a later run rebuilds t_b (after the wait that follows a failure)');
+ok(used_again_within(150, [ 'postgres', 't', 't_b' ]),
+	'a later run rebuilds t_b (after the wait that follows a failure)');
 is(mismatches('postgres', 't'), 0, 'the rebuilt index agrees with a sequential scan');
 is($node->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and is valid');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname LIKE 't_b_cc%'}),
@@ -240,18 +224,7 @@ is($node->safe_psql('postgres', q{SELECT indisvalid FROM pg_index WHERE indexrel
 	'f', 'and has left its copy t_b_ccnew, invalid');
 $writer->query_safe('COMMIT');
 $writer->quit;
-$deadline = time + 150;
-$back = 0;
-while (time < $deadline)
-{
-	if (uses_index('postgres', 't', 't_b'))
-	{
-		$back = 1;
-		last;
-	}
-	usleep(500_000);
-}
-ok($back, 'the next run rebuilds t_b');
+ok(used_again_within(150, [ 'postgres', 't', 't_b' ]), 'the next run rebuilds t_b');
 ok($node->log_contains('dropped index "public.t_b_ccnew", which a failed rebuild left invalid', $log_offset),
 	'after dropping the copy the terminated one left');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname LIKE 't_b_cc%'}),

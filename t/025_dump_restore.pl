@@ -55,15 +55,8 @@ CREATE INDEX geo_g ON geo USING amrtree (g);
 });
 }
 amr_setup_parity($node, 'src');
-$node->safe_psql('src', q{
-CREATE TABLE amr_windows (qid int, qb box);
-INSERT INTO amr_windows
-SELECT g, box(point(x, y), point(x + w, y + w * 0.7))
-FROM (SELECT g, -8.66 + (g % 10) * 0.009 AS x, 41.13 + (g / 10) * 0.008 AS y,
-             0.0005 * (1 + g % 7) AS w FROM generate_series(0, 29) g) s;
-INSERT INTO amr_windows VALUES (100, '((-8.7,41.0),(-8.5,41.2))');
-ANALYZE;
-});
+amr_porto_windows($node, 'src');
+$node->safe_psql('src', 'ANALYZE');
 
 # every amrtree index of a database: name, definition, storage parameters
 my $definitions = q{

@@ -31,14 +31,7 @@ INSERT INTO scratch SELECT i, box(point(i, i), point(i + 1, i + 1)) FROM generat
 CREATE INDEX scratch_b ON scratch USING amrtree (b);
 });
 amr_setup_parity($old);
-$old->safe_psql('postgres', q{
-CREATE TABLE amr_windows (qid int, qb box);
-INSERT INTO amr_windows
-SELECT g, box(point(x, y), point(x + w, y + w * 0.7))
-FROM (SELECT g, -8.66 + (g % 10) * 0.009 AS x, 41.13 + (g / 10) * 0.008 AS y,
-             0.0005 * (1 + g % 7) AS w FROM generate_series(0, 29) g) s;
-INSERT INTO amr_windows VALUES (100, '((-8.7,41.0),(-8.5,41.2))');
-});
+amr_porto_windows($old);
 my $fingerprint = amr_fingerprint($old, 'trips');
 my ($mismatch, $rows) = amr_parity_mismatches($old, 'trips');
 is($mismatch, 0, "before the upgrade the index agrees with a sequential scan ($rows rows)");

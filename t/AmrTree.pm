@@ -13,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(amr_node amr_pool_path amr_forget_pool amr_standby_own_pool amr_load_porto amr_setup_parity
-  amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server
+  amr_porto_windows amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server
   amr_wait_for_crash_restart);
 
 my $tag = $ENV{AMR_POOL_TAG} || "amrtree-tap-$$-" . time();
@@ -138,6 +138,24 @@ BEGIN
   EXECUTE 'SELECT coalesce(array_agg(id ORDER BY id), ''{}'') FROM (' || sql || ') s' INTO ids;
   RETURN ids;
 END $$;
+});
+}
+
+# amr_windows for Porto-like rows: 30 windows of seven sizes (about 40 to
+# 300 metres) on a grid over the dense part of the region, and one
+# (qid 100) around all of it.
+sub amr_porto_windows
+{
+	my ($node, $db) = @_;
+	$db ||= 'postgres';
+	$node->safe_psql(
+		$db, q{
+CREATE TABLE amr_windows (qid int, qb box);
+INSERT INTO amr_windows
+SELECT g, box(point(x, y), point(x + w, y + w * 0.7))
+FROM (SELECT g, -8.66 + (g % 10) * 0.009 AS x, 41.13 + (g / 10) * 0.008 AS y,
+             0.0005 * (1 + g % 7) AS w FROM generate_series(0, 29) g) s;
+INSERT INTO amr_windows VALUES (100, '((-8.7,41.0),(-8.5,41.2))');
 });
 }
 
