@@ -45,17 +45,19 @@ fi
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
+SERVER_HEADERS="$("$PG_BIN/pg_config" --includedir-server)"
+
 # typedef names: "} Name;" closing a typedef'd struct, "typedef ... Name;",
 # and "typedef ... (*Name)(...)"; plus what system headers provide
 {
 	grep -rhoE '^\}[[:space:]]*[A-Za-z_][A-Za-z0-9_]*[[:space:]]*;' \
-		--include='*.[ch]' "$("$PG_BIN/pg_config" --includedir-server)" src test bench |
+		--include='*.[ch]' "$SERVER_HEADERS" src test bench |
 		sed -E 's/^\}[[:space:]]*//; s/[[:space:]]*;$//'
 	grep -rhoE '^typedef[^;(]*[[:space:]*][A-Za-z_][A-Za-z0-9_]*[[:space:]]*;' \
-		--include='*.[ch]' "$("$PG_BIN/pg_config" --includedir-server)" src test bench |
+		--include='*.[ch]' "$SERVER_HEADERS" src test bench |
 		sed -E 's/.*[[:space:]*]([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*;$/\1/'
 	grep -rhoE '^typedef[^;]*\([[:space:]]*\*[[:space:]]*[A-Za-z_][A-Za-z0-9_]*\)' \
-		--include='*.[ch]' "$("$PG_BIN/pg_config" --includedir-server)" src test bench |
+		--include='*.[ch]' "$SERVER_HEADERS" src test bench |
 		sed -E 's/.*\([[:space:]]*\*[[:space:]]*([A-Za-z_][A-Za-z0-9_]*)\)$/\1/'
 	printf '%s\n' bool size_t ssize_t off_t pid_t mode_t time_t FILE va_list \
 		sigjmp_buf pthread_t uintptr_t intptr_t PMEMobjpool PMEMoid \

@@ -74,9 +74,7 @@ sub index_agrees
 {
 	my ($db, $index, $query) = @_;
 	my $plan = $node->safe_psql($db, "SET enable_seqscan = off; EXPLAIN (COSTS OFF) $query");
-	my $with = $node->safe_psql($db, "SET enable_seqscan = off; $query");
-	my $without = $node->safe_psql($db,
-		"SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off; $query");
+	my ($with, $without) = amr_with_and_without_index($node, $db, $query);
 	my $ok = $plan =~ /\Q$index\E/ && $with eq $without && $with ne '';
 	diag("plan:\n$plan\nthrough the index: $with\nsequential: $without") unless $ok;
 	return $ok;

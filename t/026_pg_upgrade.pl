@@ -57,9 +57,7 @@ $new->start;
 sub agrees
 {
 	my ($query) = @_;
-	my $with = $new->safe_psql('postgres', "SET enable_seqscan = off; $query");
-	my $without = $new->safe_psql('postgres',
-		"SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off; $query");
+	my ($with, $without) = amr_with_and_without_index($new, 'postgres', $query);
 	return $with eq $without && $with ne '' ? 1 : 0;
 }
 my @queries = (

@@ -13,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(amr_node amr_pool_path amr_forget_pool amr_standby_own_pool amr_load_porto amr_setup_parity
-  amr_porto_windows amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server
+  amr_porto_windows amr_with_and_without_index amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server
   amr_wait_for_crash_restart);
 
 my $tag = $ENV{AMR_POOL_TAG} || "amrtree-tap-$$-" . time();
@@ -157,6 +157,17 @@ FROM (SELECT g, -8.66 + (g % 10) * 0.009 AS x, 41.13 + (g / 10) * 0.008 AS y,
              0.0005 * (1 + g % 7) AS w FROM generate_series(0, 29) g) s;
 INSERT INTO amr_windows VALUES (100, '((-8.7,41.0),(-8.5,41.2))');
 });
+}
+
+# What $query returns with sequential scans off (through an index, if the
+# planner has one) and with every index scan off: ($with, $without).
+sub amr_with_and_without_index
+{
+	my ($node, $db, $query) = @_;
+	my $with = $node->safe_psql($db, "SET enable_seqscan = off; $query");
+	my $without = $node->safe_psql($db,
+		"SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off; $query");
+	return ($with, $without);
 }
 
 # Number of (strategy, window) pairs where the index disagrees with a
