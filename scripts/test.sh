@@ -149,6 +149,21 @@ run_isolation() {
 	tally_regress isolation "$WORK/isolation/run.log"
 }
 
+# A short account of a failed TAP file, printed again just before the
+# summary (CI shows the end of the output): its failed assertions with
+# what they got, and what its servers logged at WARNING or above or about
+# a pool they did not trust.
+DIGEST=""
+digest_tap_failure() {	# file
+	local name
+	name=$(basename "$1" .pl)
+	DIGEST+="--- $1"$'\n'
+	DIGEST+=$(grep -A4 '^#   Failed test' "$WORK/tap/$name.pl.out" | grep -v '^--$' | head -n 24)$'\n'
+	DIGEST+=$(grep -HE 'WARNING|ERROR|PANIC|FATAL|is not complete up to|dropped the trees|has no tree|cannot maintain' \
+		"$WORK"/tap/tmp_check/log/*"$name"*.log 2>/dev/null | sed "s|^$WORK/tap/tmp_check/log/||" |
+		grep -vE 'fault injection|due to administrator command' | head -n 16)$'\n'
+}
+
 run_tap() {
 	say "TAP tests"
 	local files=("${TAP_FILES[@]}")
@@ -170,6 +185,7 @@ run_tap() {
 		if [ "$status" != ok ]; then
 			echo "--- server logs of $f:"
 			tail -n 40 "$WORK"/tap/tmp_check/log/*"$(basename "$f" .pl)"*.log 2>/dev/null || true
+			digest_tap_failure "$f"
 		fi
 	done
 }
@@ -180,6 +196,10 @@ run_tap() {
 [ -z "$ONLY" -o "$ONLY" = tap ] && run_tap
 
 echo
+if [ -n "$DIGEST" ]; then
+	echo "==> what the failed TAP files reported"
+	printf '%s' "$DIGEST"
+fi
 if [ "$FAILED" -gt 0 ]; then
 	echo "failed: ${FAILED_NAMES[*]}"
 fi

@@ -118,6 +118,7 @@ static const char *const fault_pauses[] = {
 	"move:after_logged",		/* a move logged whole, its switch not made */
 	"append:before_store",		/* an append logged, its entry not stored */
 	"vacuum:after_marks_logged",	/* dead marks logged, not made */
+	"writeback:between_vxids",	/* the write-back worker holds no vxid */
 	NULL
 };
 

@@ -19,12 +19,12 @@
  *					  never holds a change whose record recovery cannot
  *					  reach: it is a copy, like a base backup, and WAL
  *					  replay treats it as one (whole images first);
- *	fences			  the worker holds DELAY_CHKPT_COMPLETE, so no
- *					  checkpoint completes until the worker has seen its
- *					  redo pointer R, waited for changes in progress, and
- *					  written and synced every dirty page: recovery, which
- *					  starts at R, finds every change whose record precedes
- *					  R in the file;
+ *	fences			  the worker and its partner hold
+ *					  DELAY_CHKPT_COMPLETE, so no checkpoint completes
+ *					  until the worker has seen its redo pointer R, waited
+ *					  for changes in progress, and written and synced every
+ *					  dirty page: recovery, which starts at R, finds every
+ *					  change whose record precedes R in the file;
  *	torn pages		  the first change of a leaf after R is logged whole, so
  *					  replay from R overwrites whatever a torn write left.
  *
@@ -32,8 +32,9 @@
  * to which redo pointer it is complete (fenced_redo).  At every start, and
  * when the postmaster restarts its children after a crash, the copy is
  * loaded again from the file; a file that is not complete up to the redo
- * pointer recovery starts from (a checkpoint slipped between two fences:
- * see amr_wb_worker_main) is not trusted and its trees are rebuilt.
+ * pointer recovery starts from (a checkpoint slipped between two fences
+ * while the partner was not running: see wb_release_checkpoints) is not
+ * trusted and its trees are rebuilt.
  *
  *-------------------------------------------------------------------------
  */
@@ -79,16 +80,30 @@ bool		amr_writeback_enabled = AMR_WRITEBACK_DEFAULT;
 int			amr_writeback_delay_ms = AMR_WRITEBACK_DELAY_DEFAULT_MS;
 
 PGDLLEXPORT void amr_wb_worker_main(Datum arg);
+PGDLLEXPORT void amr_wb_partner_main(Datum arg);
 
 typedef struct AmrWbShared
 {
 	pg_atomic_uint32 armed;		/* the worker fences checkpoints: flushes only
 								 * mark pages dirty */
+	pg_atomic_uint32 fencing;	/* from arming until disarming has written
+								 * everything: checkpoints need fences */
 	pg_atomic_uint64 pages_written;
 	pg_atomic_uint64 fences;
 	pg_atomic_uint64 fenced_redo;
 	uint64		npages;			/* pages of the pool file */
 	uint32		nprocs;			/* change counters, by pgprocno */
+
+	/*
+	 * The partner (amr_wb_partner_main) holds checkpoints with a second vxid
+	 * while the worker renews its own; each renews only when asked.
+	 */
+	pg_atomic_uint32 partner_holding;	/* 1 while it holds a vxid with
+										 * DELAY_CHKPT_COMPLETE */
+	pg_atomic_uint32 partner_asked; /* renewals the worker asked for */
+	pg_atomic_uint32 partner_renewed;	/* renewals the partner made */
+	pg_atomic_uint32 partner_procno;	/* its pgprocno, to wake it */
+	pg_atomic_uint32 worker_procno; /* the worker's, to wake it */
 	/* then: change counters (pg_atomic_uint32), dirty bits (pg_atomic_uint64) */
 } AmrWbShared;
 
@@ -164,9 +179,15 @@ amr_wb_shmem_attach(char *base, bool init)
 		return;
 	nwords = (wb_size / WB_PAGE + 64) / 64;
 	pg_atomic_init_u32(&wb_shared->armed, 0);
+	pg_atomic_init_u32(&wb_shared->fencing, 0);
 	pg_atomic_init_u64(&wb_shared->pages_written, 0);
 	pg_atomic_init_u64(&wb_shared->fences, 0);
 	pg_atomic_init_u64(&wb_shared->fenced_redo, 0);
+	pg_atomic_init_u32(&wb_shared->partner_holding, 0);
+	pg_atomic_init_u32(&wb_shared->partner_asked, 0);
+	pg_atomic_init_u32(&wb_shared->partner_renewed, 0);
+	pg_atomic_init_u32(&wb_shared->partner_procno, 0);
+	pg_atomic_init_u32(&wb_shared->worker_procno, 0);
 	wb_shared->npages = wb_size / WB_PAGE;
 	wb_shared->nprocs = wb_nprocs();
 	for (i = 0; i < wb_shared->nprocs; i++)
@@ -649,11 +670,76 @@ wb_fence(char *buf, XLogRecPtr redo)
 	pg_atomic_fetch_add_u64(&wb_shared->fences, 1);
 }
 
+/*
+ * Begin a transaction that holds checkpoints: the checkpointer, after
+ * writing its buffers, waits for every vxid it then sees with
+ * DELAY_CHKPT_COMPLETE.  The barrier orders the flag and the vxid before
+ * whatever the caller looks at or announces next.
+ */
 static void
 wb_hold_checkpoints(void)
 {
 	StartTransactionCommand();
 	MyProc->delayChkptFlags |= DELAY_CHKPT_COMPLETE;
+	pg_memory_barrier();
+}
+
+/* Remember this process as *procno, for wb_wake. */
+static void
+wb_set_procno(pg_atomic_uint32 *procno)
+{
+	pg_atomic_write_u32(procno, (uint32) MyProc->pgprocno + 1);
+}
+
+/* Wake the process remembered in *procno, if there is one. */
+static void
+wb_wake(pg_atomic_uint32 *procno)
+{
+	uint32		n = pg_atomic_read_u32(procno);
+
+	if (n != 0)
+		SetLatch(&ProcGlobal->allProcs[n - 1].procLatch);
+}
+
+/*
+ * Let a checkpoint that waits on the worker go; the caller has seen that
+ * its redo pointer is fenced.  The checkpointer waits on the vxids it saw,
+ * so a new vxid releases it.  Between ending one transaction and beginning
+ * the next the worker holds none, and a checkpoint that fixed its redo
+ * pointer after the worker's look and looked for holders in that instant
+ * would complete unfenced: a base backup taken then gets a pool it cannot
+ * use.  So the partner holds a second vxid, and the two are renewed in
+ * turn, each renewal after a fresh look at the redo pointer.  Whenever a
+ * checkpoint looks for holders it finds at least one, and at most one of
+ * those it finds is renewed on a look older than its redo pointer: the
+ * other's renewal comes after the first one, hence after the
+ * checkpoint's look, sees its redo pointer, and waits for its fence
+ * (docs/design.md, "Fences").  Without the partner (not started yet, or
+ * restarting after a crash) the instant is back, and is handled as before:
+ * detected at start, healed by rebuilding.
+ */
+static void
+wb_release_checkpoints(XLogRecPtr fenced)
+{
+	bool		partnered = pg_atomic_read_u32(&wb_shared->partner_holding) != 0;
+	uint32		asked;
+
+	CommitTransactionCommand();
+	AMR_FAULT_POINT("writeback:between_vxids");
+	wb_hold_checkpoints();
+	if (!partnered || GetRedoRecPtr() != fenced)
+		return;					/* a new checkpoint: fence it first */
+
+	asked = pg_atomic_add_fetch_u32(&wb_shared->partner_asked, 1);
+	wb_wake(&wb_shared->partner_procno);
+	while (pg_atomic_read_u32(&wb_shared->partner_renewed) != asked &&
+		   pg_atomic_read_u32(&wb_shared->partner_holding) != 0)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 WB_POLL_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
 }
 
 /*
@@ -735,6 +821,9 @@ wb_disarm(int code, Datum arg)
 	wb_fdatasync();
 	amr_store.header->writeback = AMR_WB_COMPLETE;
 	wb_write_header();
+	/* the file is complete: the partner may let checkpoints go */
+	pg_atomic_write_u32(&wb_shared->fencing, 0);
+	wb_wake(&wb_shared->partner_procno);
 	RESUME_INTERRUPTS();
 }
 
@@ -757,6 +846,7 @@ amr_wb_worker_main(Datum arg)
 	pgstat_report_activity(STATE_IDLE, NULL);
 	buf = MemoryContextAlloc(TopMemoryContext, (Size) WB_WRITE_BATCH * WB_PAGE);
 	before_shmem_exit(wb_disarm, PointerGetDatum(buf));
+	wb_set_procno(&wb_shared->worker_procno);
 
 	/*
 	 * Arm: until now every flush wrote through, so the file is complete up to
@@ -768,7 +858,9 @@ amr_wb_worker_main(Datum arg)
 	amr_store.header->fenced_redo = fenced;
 	amr_store.header->writeback = AMR_WB_FENCED;
 	wb_write_header();
+	pg_atomic_write_u32(&wb_shared->fencing, 1);
 	pg_atomic_write_u32(&wb_shared->armed, 1);
+	wb_wake(&wb_shared->partner_procno);
 	wb_fence(buf, fenced);
 	ereport(LOG,
 			(errmsg("amrtree: write-back of pool \"%s\" started", amr_pool_path_display()),
@@ -804,20 +896,80 @@ amr_wb_worker_main(Datum arg)
 			last_write = GetCurrentTimestamp();
 		}
 
-		/*
-		 * Let a checkpoint that waits on our vxid go, if its redo pointer is
-		 * fenced (the checkpointer waits on the vxid it saw, so taking a new
-		 * one releases it).  A checkpoint that began after the check above
-		 * and reached its wait within the instant until the new vxid exists
-		 * would not wait: then the file is not complete up to its redo
-		 * pointer, the next fence makes it so, and a crash in between is
-		 * detected at start (wb_load) and heals by rebuilding.
-		 */
+		/* a checkpoint that waits on us may go once its redo is fenced */
 		if (GetRedoRecPtr() == fenced)
+			wb_release_checkpoints(fenced);
+	}
+}
+
+static void
+wb_partner_leave(int code, Datum arg)
+{
+	if (wb_shared == NULL)
+		return;
+	pg_atomic_write_u32(&wb_shared->partner_holding, 0);
+	pg_atomic_write_u32(&wb_shared->partner_procno, 0);
+	pg_memory_barrier();
+	wb_wake(&wb_shared->worker_procno);
+}
+
+/*
+ * The write-back worker's partner: while the worker fences, holds
+ * checkpoints with a vxid of its own, renewed only when the worker asks
+ * (wb_release_checkpoints).  Before the worker arms, and once it has
+ * disarmed (stopped by an error or a termination request, after writing
+ * everything), flushes write through and nothing needs a fence: it holds
+ * none.
+ */
+void
+amr_wb_partner_main(Datum arg)
+{
+	bool		holding = false;
+
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	if (!wb_active || wb_shared == NULL)
+		proc_exit(0);			/* not a write-back pool: never needed */
+
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	before_shmem_exit(wb_partner_leave, (Datum) 0);
+	wb_set_procno(&wb_shared->partner_procno);
+
+	for (;;)
+	{
+		uint32		asked = pg_atomic_read_u32(&wb_shared->partner_asked);
+		bool		fencing = pg_atomic_read_u32(&wb_shared->fencing) != 0;
+
+		if (holding && !fencing)
 		{
+			pg_atomic_write_u32(&wb_shared->partner_holding, 0);
+			CommitTransactionCommand();
+			holding = false;
+		}
+		else if (!holding && fencing)
+		{
+			/* the worker asks nothing while we do not hold */
+			wb_hold_checkpoints();
+			pg_atomic_write_u32(&wb_shared->partner_renewed, asked);
+			pg_memory_barrier();
+			pg_atomic_write_u32(&wb_shared->partner_holding, 1);
+			holding = true;
+		}
+		else if (holding && asked != pg_atomic_read_u32(&wb_shared->partner_renewed))
+		{
+			/* partner_holding stays 1: the worker waits for the new vxid */
 			CommitTransactionCommand();
 			wb_hold_checkpoints();
+			pg_atomic_write_u32(&wb_shared->partner_renewed, asked);
+			wb_wake(&wb_shared->worker_procno);
 		}
+
+		/* the timeout only covers a wake-up lost to a worker's restart */
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 1000L, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
 	}
 }
 
@@ -834,6 +986,11 @@ amr_wb_register_worker(void)
 	worker.bgw_restart_time = 1;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "amrtree");
 	snprintf(worker.bgw_function_name, BGW_MAXLEN, "amr_wb_worker_main");
+	RegisterBackgroundWorker(&worker);
+
+	snprintf(worker.bgw_name, BGW_MAXLEN, "amrtree write-back partner");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "amrtree write-back partner");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "amr_wb_partner_main");
 	RegisterBackgroundWorker(&worker);
 }
 
@@ -1043,7 +1200,9 @@ amr_wb_describe(StringInfo buf)
 	if (!wb_active || wb_shared == NULL)
 		return;
 	appendStringInfo(buf, "; write-back %s, %llu pages written, %llu fences, complete before %X/%X",
-					 pg_atomic_read_u32(&wb_shared->armed) ? "running" : "not running (writing through)",
+					 pg_atomic_read_u32(&wb_shared->armed) == 0 ? "not running (writing through)" :
+					 pg_atomic_read_u32(&wb_shared->partner_holding) == 0 ? "running without its partner" :
+					 "running",
 					 (unsigned long long) pg_atomic_read_u64(&wb_shared->pages_written),
 					 (unsigned long long) pg_atomic_read_u64(&wb_shared->fences),
 					 LSN_FORMAT_ARGS(pg_atomic_read_u64(&wb_shared->fenced_redo)));
