@@ -702,6 +702,25 @@ wb_wake(pg_atomic_uint32 *procno)
 }
 
 /*
+ * The start of the worker and of its partner: signals, a backend id for
+ * transactions (the checkpointer waits on a vxid), and where to wake the
+ * process.  Exits at once if the pool is not written back.
+ */
+static void
+wb_process_start(bool partner)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	if (!wb_active || wb_shared == NULL)
+		proc_exit(0);			/* exit code 0: not started again */
+
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	wb_set_procno(partner ? &wb_shared->partner_procno : &wb_shared->worker_procno);
+}
+
+/*
  * Let a checkpoint that waits on the worker go; the caller has seen that
  * its redo pointer is fenced.  The checkpointer waits on the vxids it saw,
  * so a new vxid releases it.  Between ending one transaction and beginning
@@ -835,18 +854,9 @@ amr_wb_worker_main(Datum arg)
 	TimestampTz last_write = 0;
 	bool		more_to_populate = false;
 
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-	if (!wb_active || wb_shared == NULL)
-		proc_exit(0);			/* not a write-back pool: never needed */
-
-	/* a backend id and transactions: the checkpointer waits on a vxid */
-	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
-	pgstat_report_activity(STATE_IDLE, NULL);
+	wb_process_start(false);
 	buf = MemoryContextAlloc(TopMemoryContext, (Size) WB_WRITE_BATCH * WB_PAGE);
 	before_shmem_exit(wb_disarm, PointerGetDatum(buf));
-	wb_set_procno(&wb_shared->worker_procno);
 
 	/*
 	 * Arm: until now every flush wrote through, so the file is complete up to
@@ -926,15 +936,8 @@ amr_wb_partner_main(Datum arg)
 {
 	bool		holding = false;
 
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-	if (!wb_active || wb_shared == NULL)
-		proc_exit(0);			/* not a write-back pool: never needed */
-
-	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
-	pgstat_report_activity(STATE_IDLE, NULL);
+	wb_process_start(true);
 	before_shmem_exit(wb_partner_leave, (Datum) 0);
-	wb_set_procno(&wb_shared->partner_procno);
 
 	for (;;)
 	{
