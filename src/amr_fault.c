@@ -119,6 +119,7 @@ static const char *const fault_pauses[] = {
 	"append:before_store",		/* an append logged, its entry not stored */
 	"vacuum:after_marks_logged",	/* dead marks logged, not made */
 	"writeback:between_vxids",	/* the write-back worker holds no vxid */
+	"append:after_decision",	/* an append chose a delta, not yet logged */
 	NULL
 };
 

@@ -549,7 +549,21 @@ amr_leaf_append(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *leaf,
 			stamped.insert_lsn = amr_wal_images(t, AMR_IMAGE_FULL, 1, &leaf_id, &img, &fresh);
 		}
 		else
+		{
+			AMR_FAULT_POINT("append:after_decision");	/* a pause, for t/029 */
 			stamped.insert_lsn = amr_wal_append(t, leaf_id, leaf->hdr.version, pos, e);
+			if (amr_wal_delta_came_first(leaf_id))
+			{
+				/* a checkpoint slipped in: the leaf whole, entry and all */
+				const AmrLeaf *img = &wal_image;
+
+				memcpy(&wal_image, leaf, amr_leaf_image_bytes(leaf));
+				wal_image.entries[pos] = stamped;
+				if (dead_pos < 0)
+					wal_image.hdr.nentries++;
+				(void) amr_wal_images(t, AMR_IMAGE_FULL, 1, &leaf_id, &img, NULL);
+			}
+		}
 		AMR_FAULT_POINT("append:after_logged");
 		AMR_FAULT_POINT("append:before_store"); /* a pause, for t/024 */
 	}
@@ -593,7 +607,19 @@ amr_leaf_mark_dead_many(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *lea
 			lsn = amr_wal_images(t, AMR_IMAGE_FULL, 1, &leaf_id, &img, NULL);
 		}
 		else
+		{
 			lsn = amr_wal_mark_dead(t, leaf_id, leaf->hdr.version, pos, n);
+			if (amr_wal_delta_came_first(leaf_id))
+			{
+				/* a checkpoint slipped in: the leaf whole, marks and all */
+				const AmrLeaf *img = &wal_image;
+
+				memcpy(&wal_image, leaf, amr_leaf_image_bytes(leaf));
+				for (i = 0; i < n; i++)
+					wal_image.entries[pos[i]].flags |= AMR_ENTRY_FLAG_DEAD;
+				lsn = amr_wal_images(t, AMR_IMAGE_FULL, 1, &leaf_id, &img, NULL);
+			}
+		}
 
 		/*
 		 * Stamped before the marks are made: if the record does not reach

@@ -890,13 +890,16 @@ finish(void)
 		uint64		word = amr_lt_word(s, id);
 		uint32		owner = s->lt[id].tree_no;
 
-		if (!(s->leaves[id].flags & AMR_LEAF_VOLATILE_SUSPECT) ||
+		if (!(s->leaves[id].flags & (AMR_LEAF_VOLATILE_SUSPECT | AMR_LEAF_VOLATILE_AWAITS_IMAGE)) ||
 			AMR_WORD_TIER(word) == AMR_TIER_NONE || owner >= AMR_MAX_TREES ||
 			(s->tree_records[owner].flags & AMR_TREE_FLAG_BROKEN))
 			continue;
 		ereport(WARNING,
 				(errcode(ERRCODE_DATA_CORRUPTED),
+				 (s->leaves[id].flags & AMR_LEAF_VOLATILE_SUSPECT) ?
 				 errmsg("amrtree: leaf %u of tree %u names a slot it cannot own, and WAL replay did not restore it",
+						id, owner) :
+				 errmsg("amrtree: leaf %u of tree %u awaited a whole image that WAL replay did not reach",
 						id, owner),
 				 errhint("Its index is rebuilt in the background (amrtree.auto_rebuild) or needs REINDEX; until then queries do not use it.")));
 		amr_tree_mark_broken(owner);

@@ -59,6 +59,26 @@ amr_wal_needs_image(uint32 leaf_id)
 	return amr_store.leaves[leaf_id].full_image_lsn <= GetRedoRecPtr();
 }
 
+/*
+ * After a delta (APPEND, MARK_DEAD) of leaf_id was logged: was it the leaf's
+ * first record after a checkpoint's redo pointer, which amr_wal_needs_image
+ * meant to prevent?  It looked at the redo pointer before XLogInsert, and a
+ * checkpoint may have fixed a new one in between (the backend preempted
+ * there, or GetRedoRecPtr's copy lagging the insertion lock's).
+ * XLogInsert brings this backend's copy up to the one its record was
+ * inserted under, with the insertion lock held; GetFullPageWriteInfo reads
+ * that copy, so the answer is exact.  The caller then logs the leaf whole.
+ */
+bool
+amr_wal_delta_came_first(uint32 leaf_id)
+{
+	XLogRecPtr	redo;
+	bool		page_writes;
+
+	GetFullPageWriteInfo(&redo, &page_writes);
+	return amr_store.leaves[leaf_id].full_image_lsn <= redo;
+}
+
 void
 amr_wal_hold_checkpoint(void)
 {

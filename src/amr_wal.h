@@ -172,6 +172,9 @@ extern bool amr_wal_wanted(const AmrTree *t, Relation index);
  */
 extern bool amr_wal_needs_image(uint32 leaf_id);
 
+/* Was the delta just logged for this leaf its first record after the redo pointer? */
+extern bool amr_wal_delta_came_first(uint32 leaf_id);
+
 /*
  * Log the creation of tree tree_no (record rec), if its index is logged.
  * Returns whether it was.

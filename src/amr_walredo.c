@@ -47,10 +47,13 @@
  *	  primary stamps it so too), which no other entry can;
  *	- MARK_DEAD sets flags that stay set.
  *
- * A delta (APPEND, MARK_DEAD) is never the first record of a leaf after a
- * checkpoint's redo pointer (the primary logs the leaf whole instead, see
- * amr_wal.c), so a torn copy of a leaf is always overwritten by an image
- * before a delta applies to it.
+ * A delta (APPEND, MARK_DEAD) is the first record of a leaf after a
+ * checkpoint's redo pointer only when the primary decided on a stale look
+ * at the pointer, and then the leaf's next record is its whole image
+ * (amr_wal_delta_came_first); so a torn copy of a leaf is overwritten by
+ * an image before any other delta applies to it.  Such a first delta that
+ * does not fit the copy's later state is skipped and the leaf awaits the
+ * image (await_image).
  *
  * A record that cannot be applied (the standby's pool has no room, its
  * Leaf Table is smaller than the primary's, a leaf it names is not where
@@ -477,6 +480,7 @@ put_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *img, bool link)
 		replace_leaf(t, leaf_id, img);
 	else
 		add_leaf(t, leaf_id, img, link);
+	amr_store.leaves[leaf_id].flags &= ~AMR_LEAF_VOLATILE_AWAITS_IMAGE;
 }
 
 static bool
@@ -644,6 +648,41 @@ append_has_happened(const AmrLeafEntry *cur, XLogRecPtr lsn)
 }
 
 /*
+ * An APPEND that does not fit its leaf (its position beyond the entries):
+ * over a copy, the copy holds a later state of the leaf.  Legitimately so
+ * only if the primary logged this delta as the leaf's first record after
+ * the redo pointer replay started from, on a stale look at the pointer; it
+ * then logged the leaf whole in the leaf's next record
+ * (amr_wal_delta_came_first), which puts it right.  So skip the delta and
+ * let the leaf await that image; anything else (over the server's own
+ * pool, or a second delta while awaiting) means the pool is not what the
+ * WAL says: the tree is broken.  Returns whether the delta is skipped.
+ */
+static bool
+await_image(uint32 leaf_id)
+{
+	AmrLeafVolatile *v = &amr_store.leaves[leaf_id];
+
+	if (redo_over_own_pool || (v->flags & AMR_LEAF_VOLATILE_AWAITS_IMAGE))
+		return false;
+	v->flags |= AMR_LEAF_VOLATILE_AWAITS_IMAGE;
+	ereport(DEBUG1,
+			(errmsg_internal("amrtree: leaf %u is ahead of a delta that preceded its whole image; awaiting the image",
+							 leaf_id)));
+	return true;
+}
+
+/* A delta for a leaf that awaits its whole image breaks the tree. */
+static bool
+awaits_image(AmrTree *t, uint32 leaf_id)
+{
+	if (!(amr_store.leaves[leaf_id].flags & AMR_LEAF_VOLATILE_AWAITS_IMAGE))
+		return false;
+	redo_broken(t, psprintf("leaf %u changed before the whole image it awaited", leaf_id));
+	return true;
+}
+
+/*
  * Put entry e (its WAL position set) at position pos of a leaf of t, unless
  * the leaf has it already or something written after it (see
  * append_has_happened): in place on PMEM, as the primary did it, or as a new
@@ -670,6 +709,8 @@ apply_append(AmrTree *t, uint32 leaf_id, uint32 pos, const AmrLeafEntry *e)
 		else if (pos > n || pos >= AMR_LEAF_CAPACITY)
 		{
 			unlock_pmem_leaf(t, leaf_id);
+			if (await_image(leaf_id))
+				return;
 			redo_broken(t, psprintf("an entry goes to position %u of leaf %u, which has %u",
 									pos, leaf_id, (unsigned) n));
 			return;
@@ -705,6 +746,8 @@ apply_append(AmrTree *t, uint32 leaf_id, uint32 pos, const AmrLeafEntry *e)
 		return;
 	if (pos > img->hdr.nentries || pos >= AMR_LEAF_CAPACITY)
 	{
+		if (await_image(leaf_id))
+			return;
 		redo_broken(t, psprintf("an entry goes to position %u of leaf %u, which has %u",
 								pos, leaf_id, (unsigned) img->hdr.nentries));
 		return;
@@ -735,7 +778,7 @@ redo_append(XLogReaderState *record)
 	e.flags = x->flags;
 
 	if (t == NULL || !leaf_id_fits(t, x->leaf_id) ||
-		already_has(t, x->leaf_id, x->version, false))
+		already_has(t, x->leaf_id, x->version, false) || awaits_image(t, x->leaf_id))
 		return;
 	e.insert_lsn = record->EndRecPtr;
 	apply_append(t, x->leaf_id, x->pos, &e);
@@ -789,7 +832,7 @@ redo_mark_dead(XLogReaderState *record)
 	AmrTree    *t = redo_tree(&x->tree);
 
 	if (t == NULL || !leaf_id_fits(t, x->leaf_id) ||
-		already_has(t, x->leaf_id, x->version, false))
+		already_has(t, x->leaf_id, x->version, false) || awaits_image(t, x->leaf_id))
 		return;
 	apply_dead_marks(t, x->leaf_id, pos, x->npos, record->EndRecPtr);
 }
@@ -927,6 +970,8 @@ redo_split(XLogReaderState *record)
 								  AMR_WORD_SLOT(word));
 			s->leaves[x->leaf_id].flags &= ~AMR_LEAF_VOLATILE_SUSPECT;
 		}
+		/* both halves travel whole */
+		s->leaves[x->leaf_id].flags &= ~AMR_LEAF_VOLATILE_AWAITS_IMAGE;
 	}
 	amr_leaf_refresh_copy(x->leaf_id, left);
 	LWLockRelease(amr_leaf_lock(x->leaf_id));

@@ -91,6 +91,16 @@ typedef struct AmrLeafVolatile
  */
 #define AMR_LEAF_VOLATILE_SUSPECT	0x0001
 
+/*
+ * WAL replay over a copy met a delta (APPEND) that does not fit the leaf:
+ * the copy holds a later state of it.  The primary logged that delta as
+ * the leaf's first record after a checkpoint's redo pointer on a stale
+ * look at the pointer, and then the leaf whole in its next record
+ * (amr_wal_delta_came_first); replay must install that image before
+ * anything else changes the leaf.  See amr_walredo.c.
+ */
+#define AMR_LEAF_VOLATILE_AWAITS_IMAGE	0x0002
+
 /* DRAM descriptor of one tree (index), indexed by tree number. */
 typedef struct AmrTree
 {
