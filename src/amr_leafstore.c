@@ -523,6 +523,41 @@ amr_leaf_switch(Relation index, AmrTree *t, uint32 leaf_id, uint32 tier, uint32 
 /* Scratch image for logging a leaf whole from inside a critical section. */
 static AmrLeaf wal_image;
 
+/*
+ * Log the leaf whole as an append of e at pos leaves it.  With lsn invalid
+ * (the entry's own record is this one) the entry is marked fresh and replay
+ * stamps it with the record's end; else it carries lsn.
+ */
+static XLogRecPtr
+log_leaf_with_entry(const AmrTree *t, uint32 leaf_id, const AmrLeaf *leaf, int pos,
+					bool adds, const AmrLeafEntry *e, XLogRecPtr lsn)
+{
+	const AmrLeaf *img = &wal_image;
+	uint16		fresh = (uint16) pos;
+
+	memcpy(&wal_image, leaf, amr_leaf_image_bytes(leaf));
+	wal_image.entries[pos] = *e;
+	wal_image.entries[pos].insert_lsn = lsn;
+	if (adds)
+		wal_image.hdr.nentries++;
+	return amr_wal_images(t, AMR_IMAGE_FULL, 1, &leaf_id, &img,
+						  XLogRecPtrIsInvalid(lsn) ? &fresh : NULL);
+}
+
+/* Log the leaf whole as dead marks at pos[0..n-1] leave it. */
+static XLogRecPtr
+log_leaf_with_marks(const AmrTree *t, uint32 leaf_id, const AmrLeaf *leaf,
+					const uint16 *pos, int n)
+{
+	const AmrLeaf *img = &wal_image;
+	int			i;
+
+	memcpy(&wal_image, leaf, amr_leaf_image_bytes(leaf));
+	for (i = 0; i < n; i++)
+		wal_image.entries[pos[i]].flags |= AMR_ENTRY_FLAG_DEAD;
+	return amr_wal_images(t, AMR_IMAGE_FULL, 1, &leaf_id, &img, NULL);
+}
+
 void
 amr_leaf_append(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *leaf,
 				const AmrLeafEntry *e, const AmrFBox *box, int dead_pos)
@@ -536,33 +571,16 @@ amr_leaf_append(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *leaf,
 	{
 		amr_wal_hold_checkpoint();
 		if (amr_wal_needs_image(leaf_id))
-		{
-			/* the leaf as the append leaves it, whole */
-			const AmrLeaf *img = &wal_image;
-			uint16		fresh = (uint16) pos;
-
-			memcpy(&wal_image, leaf, amr_leaf_image_bytes(leaf));
-			wal_image.entries[pos] = *e;
-			wal_image.entries[pos].insert_lsn = 0;
-			if (dead_pos < 0)
-				wal_image.hdr.nentries++;
-			stamped.insert_lsn = amr_wal_images(t, AMR_IMAGE_FULL, 1, &leaf_id, &img, &fresh);
-		}
+			stamped.insert_lsn = log_leaf_with_entry(t, leaf_id, leaf, pos, dead_pos < 0, e,
+													 InvalidXLogRecPtr);
 		else
 		{
 			AMR_FAULT_POINT("append:after_decision");	/* a pause, for t/029 */
 			stamped.insert_lsn = amr_wal_append(t, leaf_id, leaf->hdr.version, pos, e);
+			/* a checkpoint slipped in between the look and the record */
 			if (amr_wal_delta_came_first(leaf_id))
-			{
-				/* a checkpoint slipped in: the leaf whole, entry and all */
-				const AmrLeaf *img = &wal_image;
-
-				memcpy(&wal_image, leaf, amr_leaf_image_bytes(leaf));
-				wal_image.entries[pos] = stamped;
-				if (dead_pos < 0)
-					wal_image.hdr.nentries++;
-				(void) amr_wal_images(t, AMR_IMAGE_FULL, 1, &leaf_id, &img, NULL);
-			}
+				(void) log_leaf_with_entry(t, leaf_id, leaf, pos, dead_pos < 0, e,
+										   stamped.insert_lsn);
 		}
 		AMR_FAULT_POINT("append:after_logged");
 		AMR_FAULT_POINT("append:before_store"); /* a pause, for t/024 */
@@ -598,27 +616,13 @@ amr_leaf_mark_dead_many(Relation index, AmrTree *t, uint32 leaf_id, AmrLeaf *lea
 	{
 		amr_wal_hold_checkpoint();
 		if (amr_wal_needs_image(leaf_id))
-		{
-			const AmrLeaf *img = &wal_image;
-
-			memcpy(&wal_image, leaf, amr_leaf_image_bytes(leaf));
-			for (i = 0; i < n; i++)
-				wal_image.entries[pos[i]].flags |= AMR_ENTRY_FLAG_DEAD;
-			lsn = amr_wal_images(t, AMR_IMAGE_FULL, 1, &leaf_id, &img, NULL);
-		}
+			lsn = log_leaf_with_marks(t, leaf_id, leaf, pos, n);
 		else
 		{
 			lsn = amr_wal_mark_dead(t, leaf_id, leaf->hdr.version, pos, n);
+			/* a checkpoint slipped in between the look and the record */
 			if (amr_wal_delta_came_first(leaf_id))
-			{
-				/* a checkpoint slipped in: the leaf whole, marks and all */
-				const AmrLeaf *img = &wal_image;
-
-				memcpy(&wal_image, leaf, amr_leaf_image_bytes(leaf));
-				for (i = 0; i < n; i++)
-					wal_image.entries[pos[i]].flags |= AMR_ENTRY_FLAG_DEAD;
-				lsn = amr_wal_images(t, AMR_IMAGE_FULL, 1, &leaf_id, &img, NULL);
-			}
+				lsn = log_leaf_with_marks(t, leaf_id, leaf, pos, n);
 		}
 
 		/*
