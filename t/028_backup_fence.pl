@@ -70,6 +70,11 @@ my $backup = $node->backup_dir . '/gap';
 my ($out, $err) = ('', '');
 my $h = IPC::Run::start(['pg_basebackup', '-D', $backup, '-c', 'fast', '-X', 'stream', '--no-sync',
 		'-d', $node->connstr('postgres')], '>', \$out, '2>', \$err);
+# wait until it waits (a slow machine takes a while to connect), then 3 s more
+$waited = 0;
+usleep(100_000), $waited++
+  until $node->safe_psql('postgres', q{SELECT phase FROM pg_stat_progress_basebackup}) eq 'waiting for checkpoint to finish'
+  || $waited > 600;
 sleep 3;
 is($node->safe_psql('postgres', q{SELECT phase FROM pg_stat_progress_basebackup}),
 	'waiting for checkpoint to finish', 'pg_basebackup is still waiting for its checkpoint 3 s later');

@@ -63,9 +63,14 @@ usleep(50_000), $waited++ until -e $paused || $waited > 600;
 ok(-e $paused, 'the append paused between its choice of a delta and its record');
 
 # a checkpoint fixes its redo pointer meanwhile, and waits for the append
+# (it logs "checkpoint starting" only once its redo pointer is fixed)
+my $cp_at = -s $node->logfile;
 my $cp = $node->background_psql('postgres');
 $cp->query_until(qr/started/, "\\echo started\nCHECKPOINT;\n\\echo checkpointed\n");
-sleep 2;
+$waited = 0;
+usleep(50_000), $waited++
+  until slurp_file($node->logfile, $cp_at) =~ /checkpoint starting: immediate force wait/ || $waited > 1200;
+ok(slurp_file($node->logfile, $cp_at) =~ /checkpoint starting/, 'a CHECKPOINT fixed its redo pointer meanwhile');
 unlink $paused;
 $ins->query_until(qr/inserted/, '');
 $ins->quit;
