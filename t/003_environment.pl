@@ -77,11 +77,8 @@ unlink @aside;
 my $patched = amr_pool_path('patched');
 copy($main_pool, $patched) or die "copy: $!";
 {
+	my ($at) = amr_pool_header($patched);
 	open my $fh, '+<:raw', $patched or die;
-	local $/;
-	my $data = <$fh>;
-	my $at = index($data, "AMRTREE1");
-	die 'pool header not found' if $at < 0;
 	seek $fh, $at + 8, 0;
 	print $fh pack('V', 99);
 	close $fh;

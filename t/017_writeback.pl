@@ -148,16 +148,7 @@ sub tear
 	my ($now, $then) = @_;
 	open(my $a, '+<:raw', $now) or die;
 	open(my $b, '<:raw', $then) or die;
-	my $head;
-	sysread($a, $head, 64 << 20);
-	my $lt_offset;
-	for (my $o = 0; $o + 96 <= length($head); $o += 8)
-	{
-		next unless substr($head, $o, 8) eq pack("Q<", 0x3145455254524d41);
-		$lt_offset = unpack('Q<', substr($head, $o + 72, 8));
-		last;
-	}
-	die 'pool header not found' unless defined $lt_offset;
+	my $lt_offset = (amr_pool_header($now))[1]->{lt_offset};
 	my $size = -s $now;
 	my $n = 0;
 	srand(17);

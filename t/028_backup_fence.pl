@@ -133,14 +133,6 @@ sub backup_pool_header
 	my ($dir) = @_;
 	my $label = slurp_file("$dir/backup_label");
 	my ($hi, $lo) = $label =~ m{START WAL LOCATION: ([0-9A-F]+)/([0-9A-F]+)} or die 'no start in backup_label';
-	open(my $fh, '<:raw', "$dir/pg_amrtree/pmem.pool") or die "pool copy: $!";
-	my $data;
-	read($fh, $data, 32 << 20);
-	close $fh;
-	my $at = index($data, 'AMRTREE1');
-	die 'pool header not found' if $at < 0;
-	# magic, format, slot size, 5 words, max_trees, reserved, 7 words, then
-	# writeback and fenced_redo (src/core/amr_format.h)
-	my @f = unpack('Q< L< L< Q< Q< Q< Q< Q< L< L< Q< Q< Q< Q< Q< Q< Q< Q<', substr($data, $at, 136));
-	return (hex($hi) * 2**32 + hex($lo), $f[17], $f[16]);
+	my (undef, $header) = amr_pool_header("$dir/pg_amrtree/pmem.pool");
+	return (hex($hi) * 2**32 + hex($lo), $header->{fenced_redo}, $header->{writeback});
 }

@@ -14,7 +14,7 @@ use Test::More;
 
 our @EXPORT = qw(amr_node amr_pool_path amr_forget_pool amr_standby_own_pool amr_load_porto amr_setup_parity
   amr_porto_windows amr_with_and_without_index amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server
-  amr_wait_for_crash_restart);
+  amr_wait_for_crash_restart amr_pool_header);
 
 my $tag = $ENV{AMR_POOL_TAG} || "amrtree-tap-$$-" . time();
 my $src = $ENV{AMR_SRC} || dirname(__FILE__) . '/..';
@@ -228,6 +228,31 @@ END $$;
 		$db, qq{
 SELECT count(*) FILTER (WHERE amr_knn('$table', center(qb), $k, true) <> amr_knn('$table', center(qb), $k, false))
 FROM (SELECT qb FROM amr_windows LIMIT $npoints) w});
+}
+
+# The header of the pool file $path, as src/core/amr_format.h lays it out
+# (AmrPoolHeader): its byte offset in the file and its fields by name.
+my @pool_header_fields = (
+	[ magic => 'Q<' ], [ format_version => 'L<' ], [ slot_size => 'L<' ],
+	[ system_identifier => 'Q<' ], [ pool_id => 'Q<' ], [ created_at => 'Q<' ],
+	[ pmem_nslots => 'Q<' ], [ lt_capacity => 'Q<' ], [ max_trees => 'L<' ],
+	[ reserved0 => 'L<' ], [ slots_offset => 'Q<' ], [ lt_offset => 'Q<' ],
+	[ trees_offset => 'Q<' ], [ ssd_file_id => 'Q<' ], [ prune_horizon => 'Q<' ],
+	[ history_reset => 'Q<' ], [ writeback => 'Q<' ], [ fenced_redo => 'Q<' ]);
+
+sub amr_pool_header
+{
+	my ($path) = @_;
+	open(my $fh, '<:raw', $path) or die "$path: $!";
+	my $data;
+	read($fh, $data, 64 << 20);
+	close $fh;
+	my $at = index($data, 'AMRTREE1');
+	die "pool header not found in $path" if $at < 0;
+	my $format = join(' ', map { $_->[1] } @pool_header_fields);
+	my %header;
+	@header{ map { $_->[0] } @pool_header_fields } = unpack($format, substr($data, $at));
+	return ($at, \%header);
 }
 
 # A digest of everything every strategy returns on every window (via the
