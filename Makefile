@@ -32,6 +32,7 @@ OBJS = \
 	src/amr_insert.o \
 	src/amr_opclass.o \
 	src/amr_leafstore.o \
+	src/amr_lineage.o \
 	src/amr_pool.o \
 	src/amr_pins.o \
 	src/amr_reconcile.o \

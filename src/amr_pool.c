@@ -175,9 +175,33 @@ pool_header(PMEMobjpool *pop)
 {
 	PMEMoid		root = pmemobj_root(pop, 0);
 
-	if (OID_IS_NULL(root) || pmemobj_root_size(pop) < sizeof(AmrPoolHeader))
+	if (OID_IS_NULL(root) || pmemobj_root_size(pop) < AMR_POOL_HEADER_V2_SIZE)
 		return NULL;
 	return (AmrPoolHeader *) pmemobj_direct(root);
+}
+
+/*
+ * A version 2 pool differs from version 3 only by the header's WAL extent
+ * fields: make room for them (libpmemobj keeps the old contents and zeroes
+ * the rest, which says "extent unknown": amr_lineage.c checks nothing until
+ * the pool has recorded one).  Returns the header, NULL if there was no
+ * room.
+ */
+static AmrPoolHeader *
+pool_upgrade_v2(PMEMobjpool *pop, const char *path)
+{
+	AmrPoolHeader *hdr;
+
+	if (OID_IS_NULL(pmemobj_root(pop, sizeof(AmrPoolHeader))) ||
+		pmemobj_root_size(pop) < sizeof(AmrPoolHeader))
+		return NULL;
+	hdr = pool_header(pop);
+	hdr->format_version = AMR_FORMAT_VERSION;
+	pmemobj_persist(pop, &hdr->format_version, sizeof(hdr->format_version));
+	ereport(LOG,
+			(errmsg("amrtree: upgraded PMEM pool \"%s\" from format version 2 to %u",
+					path, AMR_FORMAT_VERSION)));
+	return hdr;
 }
 
 /*
@@ -324,6 +348,17 @@ pool_grow(PMEMobjpool *old, const char *path, size_t new_size, uint64 ssd_slots)
 		return old;
 	}
 	nb = (char *) pop;
+	/* what the header says about the contents travels with them */
+	nh->prune_horizon = oh->prune_horizon;
+	nh->history_reset = oh->history_reset;
+	nh->writeback = oh->writeback;
+	nh->fenced_redo = oh->fenced_redo;
+	nh->boot = oh->boot;
+	nh->wal_extent_tli = oh->wal_extent_tli;
+	nh->check_tli = oh->check_tli;
+	nh->wal_extent = oh->wal_extent;
+	nh->check_extent = oh->check_extent;
+	pmemobj_persist(pop, nh, sizeof(*nh));
 	pmem_memcpy_persist(nb + nh->trees_offset, ob + oh->trees_offset,
 						sizeof(AmrTreeRecord) * AMR_MAX_TREES);
 	pmem_memcpy_persist(nb + nh->lt_offset, ob + oh->lt_offset,
@@ -654,6 +689,14 @@ pool_open_or_create(void)
 			pool_created_at_start = true;
 			hdr = pool_header(pool);
 		}
+		if (hdr->magic == AMR_POOL_MAGIC && hdr->format_version == 2 &&
+			hdr->slot_size == AMR_SLOT_SIZE)
+		{
+			AmrPoolHeader *upgraded = pool_upgrade_v2(pool, path);
+
+			if (upgraded != NULL)
+				hdr = upgraded;
+		}
 		if (hdr->magic != AMR_POOL_MAGIC || hdr->format_version != AMR_FORMAT_VERSION ||
 			hdr->slot_size != AMR_SLOT_SIZE)
 		{
@@ -836,7 +879,10 @@ amr_pool_open_at_start(void)
 	pool_open_or_create();
 	note_replay_source();
 	if (pool_status == AMR_POOL_READY)
+	{
 		note_crash(false);
+		amr_lineage_at_open(pool_may_be_copy);
+	}
 }
 
 /* Postmaster, restarting its children after one of them crashed. */
@@ -847,7 +893,10 @@ amr_pool_note_crash_restart(void)
 	amr_wb_reload();
 	note_replay_source();
 	if (pool_status == AMR_POOL_READY)
+	{
 		note_crash(true);
+		amr_lineage_at_crash_restart();
+	}
 }
 
 /* Raise the ERROR that says why the pool cannot be used. */

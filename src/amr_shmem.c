@@ -170,6 +170,7 @@ amr_shmem_startup(void)
 		pg_atomic_init_u32(&amr_shared->replay_failed, 0);
 		pg_atomic_init_u64(&amr_shared->rebuilds, 0);
 		SpinLockInit(&amr_shared->heal.mutex);
+		SpinLockInit(&amr_shared->lineage_mutex);
 		/* a restart of the postmaster's children is always a crash */
 		if (shmem_startups > 0)
 			amr_pool_note_crash_restart();

@@ -33,6 +33,19 @@
 #include "storage/proc.h"
 #include "utils/rel.h"
 
+/*
+ * Insert the record assembled so far; the pool's WAL extent covers it
+ * before the caller makes its change (amr_lineage.c).
+ */
+static XLogRecPtr
+amr_xlog_insert(uint8 info)
+{
+	XLogRecPtr	end = XLogInsert((RmgrId) amr_wal_rmgr_id, info);
+
+	(void) amr_lineage_note(end, GetWALInsertionTimeLine(), false);
+	return end;
+}
+
 /* ---- deciding ---- */
 
 bool
@@ -133,7 +146,7 @@ amr_wal_tree_create(Relation index, uint32 tree_no, const AmrTreeRecord *rec)
 	xlrec.budget_value = rec->budget_value;
 	XLogBeginInsert();
 	XLogRegisterData((char *) &xlrec, sizeof(xlrec));
-	(void) XLogInsert((RmgrId) amr_wal_rmgr_id, XLOG_AMR_TREE_CREATE);
+	(void) amr_xlog_insert(XLOG_AMR_TREE_CREATE);
 	return true;
 }
 
@@ -147,7 +160,7 @@ amr_wal_tree_drop(const AmrTreeRecord *rec)
 	tree_ref(rec, &xlrec.tree);
 	XLogBeginInsert();
 	XLogRegisterData((char *) &xlrec, sizeof(xlrec));
-	(void) XLogInsert((RmgrId) amr_wal_rmgr_id, XLOG_AMR_TREE_DROP);
+	(void) amr_xlog_insert(XLOG_AMR_TREE_DROP);
 }
 
 void
@@ -158,7 +171,7 @@ amr_wal_tree_built(const AmrTree *t)
 	tree_ref(&amr_store.tree_records[t->tree_no], &xlrec.tree);
 	XLogBeginInsert();
 	XLogRegisterData((char *) &xlrec, sizeof(xlrec));
-	(void) XLogInsert((RmgrId) amr_wal_rmgr_id, XLOG_AMR_TREE_BUILT);
+	(void) amr_xlog_insert(XLOG_AMR_TREE_BUILT);
 }
 
 /* ---- leaves ---- */
@@ -198,7 +211,7 @@ amr_wal_images(const AmrTree *t, AmrImageKind kind, int n, const uint32 *leaf_id
 			XLogRegisterData((char *) imgs[i]->entries,
 							 heads[i].nentries * sizeof(AmrLeafEntry));
 	}
-	end = XLogInsert((RmgrId) amr_wal_rmgr_id, XLOG_AMR_IMAGES);
+	end = amr_xlog_insert(XLOG_AMR_IMAGES);
 	for (i = 0; i < n; i++)
 		amr_store.leaves[leaf_ids[i]].full_image_lsn = end;
 	return end;
@@ -222,7 +235,7 @@ amr_wal_append(const AmrTree *t, uint32 leaf_id, uint32 version, int pos,
 	xlrec.pos = (uint16) pos;
 	XLogBeginInsert();
 	XLogRegisterData((char *) &xlrec, SizeOfXlAmrAppend);
-	return XLogInsert((RmgrId) amr_wal_rmgr_id, XLOG_AMR_APPEND);
+	return amr_xlog_insert(XLOG_AMR_APPEND);
 }
 
 XLogRecPtr
@@ -239,7 +252,7 @@ amr_wal_mark_dead(const AmrTree *t, uint32 leaf_id, uint32 version, const uint16
 	XLogBeginInsert();
 	XLogRegisterData((char *) &xlrec, sizeof(xlrec));
 	XLogRegisterData((char *) pos, npos * sizeof(uint16));
-	return XLogInsert((RmgrId) amr_wal_rmgr_id, XLOG_AMR_MARK_DEAD);
+	return amr_xlog_insert(XLOG_AMR_MARK_DEAD);
 }
 
 XLogRecPtr
@@ -264,7 +277,7 @@ amr_wal_split(const AmrTree *t, uint32 leaf_id, uint32 right_leaf,
 		XLogRegisterData((char *) left->entries, xlrec.nleft * sizeof(AmrLeafEntry));
 	if (xlrec.nright > 0)
 		XLogRegisterData((char *) right->entries, xlrec.nright * sizeof(AmrLeafEntry));
-	end = XLogInsert((RmgrId) amr_wal_rmgr_id, XLOG_AMR_SPLIT);
+	end = amr_xlog_insert(XLOG_AMR_SPLIT);
 	/* both halves travel whole: each counts as fully logged */
 	amr_store.leaves[leaf_id].full_image_lsn = end;
 	amr_store.leaves[right_leaf].full_image_lsn = end;

@@ -984,6 +984,34 @@ redo_split(XLogReaderState *record)
 
 /* ---- the resource manager's callbacks ---- */
 
+/*
+ * The pool holds changes from another history (amr_lineage.c): stop
+ * maintaining it; queries leave its indexes out, and once the server is
+ * promoted they are rebuilt.
+ */
+static void
+give_up_pool(void)
+{
+	pg_atomic_write_u32(&amr_shared->replay_failed, 1);
+	redo_active = false;
+}
+
+/*
+ * The pool's WAL extent covers this record before its change is made;
+ * false if that settled a pending check against the pool.
+ */
+static bool
+note_extent(XLogReaderState *record)
+{
+	TimeLineID	tli;
+
+	(void) GetCurrentReplayRecPtr(&tli);
+	if (amr_lineage_note(record->EndRecPtr, tli, true))
+		return true;
+	give_up_pool();
+	return false;
+}
+
 void
 amr_redo_startup(void)
 {
@@ -1012,6 +1040,9 @@ amr_redo_startup(void)
 		amr_attach(true);
 		pg_atomic_write_u32(&amr_shared->attached, 1);
 		redo_active = true;
+		/* the timeline recovery targets may rule the pool out */
+		if (!amr_lineage_at_redo_start())
+			give_up_pool();
 	}
 	PG_CATCH();
 	{
@@ -1044,6 +1075,12 @@ amr_redo(XLogReaderState *record)
 		return;
 	redo_tree_no = -1;
 	old = MemoryContextSwitchTo(redo_cxt);
+	if (!note_extent(record))
+	{
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(redo_cxt);
+		return;
+	}
 	PG_TRY();
 	{
 		switch (info)
@@ -1101,6 +1138,8 @@ amr_redo_cleanup(void)
 {
 	if (!amr_preloaded || amr_shared == NULL)
 		return;
+	if (amr_pool_is_open())
+		amr_lineage_at_redo_end();
 	/* before the end-of-recovery checkpoint, which waits for no fence */
 	amr_wb_recovery_done();
 	amr_note_replay_end(GetXLogReplayRecPtr(NULL));

@@ -104,6 +104,9 @@ typedef struct AmrWbShared
 	pg_atomic_uint32 partner_renewed;	/* renewals the partner made */
 	pg_atomic_uint32 partner_procno;	/* its pgprocno, to wake it */
 	pg_atomic_uint32 worker_procno; /* the worker's, to wake it */
+	/* the WAL extent the file's header says (amr_lineage.c) */
+	pg_atomic_uint32 file_extent_tli;
+	pg_atomic_uint64 file_extent;
 	/* then: change counters (pg_atomic_uint32), dirty bits (pg_atomic_uint64) */
 } AmrWbShared;
 
@@ -188,6 +191,12 @@ amr_wb_shmem_attach(char *base, bool init)
 	pg_atomic_init_u32(&wb_shared->partner_renewed, 0);
 	pg_atomic_init_u32(&wb_shared->partner_procno, 0);
 	pg_atomic_init_u32(&wb_shared->worker_procno, 0);
+	{
+		const AmrPoolHeader *hdr = (const AmrPoolHeader *) (wb_copy + wb_header_off);
+
+		pg_atomic_init_u32(&wb_shared->file_extent_tli, hdr->wal_extent_tli);
+		pg_atomic_init_u64(&wb_shared->file_extent, hdr->wal_extent);
+	}
 	wb_shared->npages = wb_size / WB_PAGE;
 	wb_shared->nprocs = wb_nprocs();
 	for (i = 0; i < wb_shared->nprocs; i++)
@@ -253,13 +262,51 @@ wb_fdatasync(void)
 	pgstat_report_wait_end();
 }
 
-/* Make every WAL record inserted so far durable (not in the postmaster or during recovery). */
+/*
+ * Bring the file's header up to the WAL extent of the copy before a page
+ * that may hold a change it covers is written (amr_lineage.c): the file
+ * never holds a change from beyond the extent its header states.  With
+ * "sync", durably first, so that no crash can keep the page and lose the
+ * header; replay (sync = false) writes everything into the page cache and
+ * syncs it in its own rhythm.
+ */
+static void
+wb_write_extent(bool sync)
+{
+	const AmrPoolHeader *hdr = (const AmrPoolHeader *) (wb_copy + wb_header_off);
+	uint32		tli;
+	uint64		extent;
+
+	if (wb_shared == NULL || amr_shared == NULL)
+		return;
+	SpinLockAcquire(&amr_shared->lineage_mutex);
+	tli = hdr->wal_extent_tli;
+	extent = hdr->wal_extent;
+	SpinLockRelease(&amr_shared->lineage_mutex);
+	if (tli == pg_atomic_read_u32(&wb_shared->file_extent_tli) &&
+		extent <= pg_atomic_read_u64(&wb_shared->file_extent))
+		return;
+	wb_pwrite_pages(wb_copy + (wb_header_off / WB_PAGE) * WB_PAGE, wb_header_off / WB_PAGE,
+					(wb_header_off + sizeof(AmrPoolHeader) + WB_PAGE - 1) / WB_PAGE);
+	if (sync)
+		wb_fdatasync();
+	/* a racing writer may store an older value: that costs one more write */
+	pg_atomic_write_u32(&wb_shared->file_extent_tli, tli);
+	pg_atomic_write_u64(&wb_shared->file_extent, extent);
+}
+
+/*
+ * Make every WAL record inserted so far durable, and the file's WAL extent
+ * cover them, before pages of the copy are written (not in the postmaster
+ * or during recovery).
+ */
 static void
 wb_flush_wal(void)
 {
 	if (!IsUnderPostmaster || RecoveryInProgress())
 		return;
 	XLogFlush(amr_insert_lsn());
+	wb_write_extent(true);
 }
 
 /* Write page runs of the copy through to the file, synced. */
@@ -371,6 +418,7 @@ wb_recovery_write(size_t off, size_t len)
 		wb_recovery_marked = true;
 		wb_recovery_synced_at = GetCurrentTimestamp();
 	}
+	wb_write_extent(false);
 	wb_pwrite_pages(wb_copy + (off / WB_PAGE) * WB_PAGE, off / WB_PAGE,
 					(off + len + WB_PAGE - 1) / WB_PAGE);
 	if (TimestampDifferenceExceeds(wb_recovery_synced_at, GetCurrentTimestamp(),

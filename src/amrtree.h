@@ -200,6 +200,7 @@ typedef struct AmrSharedState
 								 * (re)start (amr_attach) */
 	pg_atomic_uint32 finished;	/* what recovery leaves to amrtree is done */
 	pg_atomic_uint32 replay_failed; /* WAL replay could not use the pool */
+	slock_t		lineage_mutex;	/* the pool header's WAL extent */
 	int			tree_tranche;
 	int			leaf_tranche;
 	uint64		pool_id;
@@ -368,6 +369,22 @@ extern void amr_note_unclean_start(XLogRecPtr last_checkpoint);
 
 /* Startup process, at the end of redo: entries beyond replay_end are pruned. */
 extern void amr_note_replay_end(XLogRecPtr replay_end);
+
+/* ---- where the pool's contents come from (amr_lineage.c) ---- */
+/* Record that a change logged by a record ending at end (timeline tli) may reach the pool; false if replay gave the pool up. */
+extern bool amr_lineage_note(XLogRecPtr end, TimeLineID tli, bool replaying);
+
+/* Postmaster, pool opened: refuse a pool this data directory's WAL does not lead to. */
+extern void amr_lineage_at_open(bool replay_from_copy);
+
+/* Postmaster, restarting its children after a crash: the lost tail is not another life. */
+extern void amr_lineage_at_crash_restart(void);
+
+/* Startup process, redo starting: false if the target timeline rules the pool out. */
+extern bool amr_lineage_at_redo_start(void);
+
+/* Startup process, redo ended: the replayed WAL must have reached the pool's extent. */
+extern void amr_lineage_at_redo_end(void);
 
 /* ---- tree directory and lifecycle (amr_directory.c) ---- */
 

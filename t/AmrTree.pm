@@ -238,7 +238,9 @@ my @pool_header_fields = (
 	[ pmem_nslots => 'Q<' ], [ lt_capacity => 'Q<' ], [ max_trees => 'L<' ],
 	[ reserved0 => 'L<' ], [ slots_offset => 'Q<' ], [ lt_offset => 'Q<' ],
 	[ trees_offset => 'Q<' ], [ ssd_file_id => 'Q<' ], [ prune_horizon => 'Q<' ],
-	[ history_reset => 'Q<' ], [ writeback => 'Q<' ], [ fenced_redo => 'Q<' ]);
+	[ history_reset => 'Q<' ], [ writeback => 'Q<' ], [ fenced_redo => 'Q<' ],
+	[ boot => 'Q<' ], [ initialized => 'Q<' ], [ wal_extent_tli => 'L<' ],
+	[ check_tli => 'L<' ], [ wal_extent => 'Q<' ], [ check_extent => 'Q<' ]);
 
 sub amr_pool_header
 {

@@ -20,7 +20,8 @@
 
 #define AMR_POOL_LAYOUT			"amrtree"
 #define AMR_POOL_MAGIC			UINT64_C(0x3145455254524d41)	/* "AMRTREE1" */
-#define AMR_FORMAT_VERSION		2
+#define AMR_FORMAT_VERSION		3	/* 3: the WAL extent (a version 2 pool is
+									 * upgraded in place at open) */
 
 /* Leaves occupy fixed slots of this size on both tiers (O_DIRECT aligned). */
 #define AMR_SLOT_SIZE			4096
@@ -62,7 +63,23 @@ typedef struct AmrPoolHeader
 	uint64_t	boot;			/* AMR_WB_RECOVERY: digest of the boot that
 								 * wrote without syncing */
 	uint64_t	initialized;	/* AMR_POOL_MAGIC once everything above is */
+
+	/*
+	 * Version 3: where in the WAL this pool's contents come from
+	 * (amr_lineage.c).  No change in the pool comes from a record that ends
+	 * beyond wal_extent on the history of timeline wal_extent_tli, except the
+	 * changes of a crashed primary whose records never became durable.
+	 * check_tli/check_extent: the extent a start found and has not yet seen
+	 * its WAL reach (0: nothing pending).
+	 */
+	uint32_t	wal_extent_tli;
+	uint32_t	check_tli;
+	uint64_t	wal_extent;
+	uint64_t	check_extent;
 } AmrPoolHeader;
+
+/* The header of a version 2 pool ended with "initialized". */
+#define AMR_POOL_HEADER_V2_SIZE	offsetof(AmrPoolHeader, wal_extent_tli)
 
 /* AmrPoolHeader.writeback */
 #define AMR_WB_COMPLETE		0	/* the file holds every change */

@@ -1,0 +1,304 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_lineage.c
+ *		Where in the WAL a pool's contents come from, and refusing a pool
+ *		whose contents this data directory's WAL does not lead to
+ *		(docs/design.md, "A pool from another life").
+ *
+ * A pool outside the data directory outlives it: a data directory that is
+ * restored from an older backup, re-cloned, or rewound by pg_rewind can
+ * meet, at its amrtree.pmem_path, the pool its server wrote later -- same
+ * cluster, same index identities.  WAL replay over such a pool is replay
+ * over a copy that holds changes the WAL being replayed does not, which
+ * breaks the rule replay relies on (amr_walredo.c): entries VACUUM removed
+ * in that later life stay removed, and the index misses rows.
+ *
+ * So the pool records its WAL extent: the timeline and end position of the
+ * latest amrtree record whose change it may hold (amr_lineage_note, after
+ * every record a backend inserts or replay applies, before the change is
+ * made).  A pool is the right one for this data directory only if that
+ * point lies on the history of the timeline the server continues on, and
+ * not beyond the WAL it continues from:
+ *
+ *	- after a clean shutdown, the WAL ends with the shutdown checkpoint, and
+ *	  every amrtree record precedes it;
+ *	- after a crash, the pool may hold changes whose records never became
+ *	  durable (the lost tail, pruned and logged again by amr_reconcile.c):
+ *	  only the timeline is checked;
+ *	- replay from a copy (backup_label, recovery.signal, standby.signal)
+ *	  must reach the extent: a copy holds no change beyond the end of the
+ *	  backup it was taken in.  Checked as soon as the target timeline is
+ *	  known (redo start), as replay passes the extent, and at the end of
+ *	  redo; until then the extent waits in check_tli/check_extent, which
+ *	  this start's own records cannot overwrite.
+ *
+ * A pool that fails is reset as one replay could not use (history_reset):
+ * its trees are dropped and the indexes rebuilt.
+ *
+ * What cannot be told apart: a file-system snapshot of a running server's
+ * data directory restored beside a pool from a later life starts as crash
+ * recovery on the same timeline, exactly like a crash with a lost tail.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amrtree.h"
+
+#include "access/timeline.h"
+#include "access/xlog.h"
+#include "access/xlogrecovery.h"
+#include "catalog/pg_control.h"
+#include "common/controldata_utils.h"
+#include "miscadmin.h"
+#include "storage/spin.h"
+
+/*
+ * Does position lsn on timeline tli lie on the history that leads to
+ * timeline "to", and not beyond "limit" (InvalidXLogRecPtr: no limit)?
+ */
+static bool
+on_history(TimeLineID tli, XLogRecPtr lsn, TimeLineID to, XLogRecPtr limit)
+{
+	List	   *history = readTimeLineHistory(to);
+	ListCell   *lc;
+	bool		found = false;
+
+	foreach(lc, history)
+	{
+		TimeLineHistoryEntry *e = (TimeLineHistoryEntry *) lfirst(lc);
+
+		if (e->tli == tli)
+		{
+			/* a record that ends at the switch point precedes it */
+			found = XLogRecPtrIsInvalid(e->end) || lsn <= e->end;
+			break;
+		}
+	}
+	list_free_deep(history);
+	if (found && !XLogRecPtrIsInvalid(limit) && lsn > limit)
+		found = false;
+	return found;
+}
+
+static void
+persist_lineage(AmrPoolHeader *hdr)
+{
+	amr_persist(&hdr->wal_extent_tli,
+				offsetof(AmrPoolHeader, check_extent) + sizeof(hdr->check_extent) -
+				offsetof(AmrPoolHeader, wal_extent_tli));
+}
+
+/*
+ * Give the pool up: its trees are dropped at the end of recovery and the
+ * indexes rebuilt (amr_reconcile.c, finish).  From now on the extent is
+ * this server's own, starting at (tli, at).
+ */
+static void
+reset_pool(TimeLineID tli, XLogRecPtr at, const char *why)
+{
+	AmrPoolHeader *hdr = amr_store.header;
+
+	ereport(LOG,
+			(errmsg("amrtree: PMEM pool \"%s\" holds changes this data directory's WAL does not lead to; its indexes are rebuilt",
+					amr_pool_path_display()),
+			 errdetail("The pool holds changes from WAL up to %X/%X on timeline %u; %s.",
+					   LSN_FORMAT_ARGS(hdr->check_tli != 0 ? hdr->check_extent : hdr->wal_extent),
+					   hdr->check_tli != 0 ? hdr->check_tli : hdr->wal_extent_tli, why),
+			 errhint("The pool was left from another life of this server (a data directory restored, re-cloned or rewound while the pool outside it stayed).  Copy the source's pool with the data directory to keep the indexes.")));
+	hdr->history_reset = 1;
+	amr_persist(&hdr->history_reset, sizeof(hdr->history_reset));
+	hdr->check_tli = 0;
+	hdr->check_extent = 0;
+	hdr->wal_extent_tli = tli;
+	hdr->wal_extent = at;
+	persist_lineage(hdr);
+}
+
+/*
+ * A crash: the pool may hold changes whose records were lost with the WAL
+ * that was not durable yet (the lost tail).  Their inserts are pruned to
+ * the end of the replayed WAL and their leaves logged again
+ * (amr_reconcile.c); their removals are of rows that were dead before the
+ * last durable record.  So the extent comes back to the checkpoint
+ * recovery starts from, and replay brings it up again: otherwise it would
+ * stay ahead of the WAL that this life writes over the lost tail, and a
+ * clean stop before the WAL passed it would look like another life.
+ */
+static void
+lower_to_checkpoint(TimeLineID tli, XLogRecPtr checkpoint)
+{
+	AmrPoolHeader *hdr = amr_store.header;
+
+	if (hdr->wal_extent_tli == 0 ||
+		(hdr->wal_extent_tli == tli && hdr->wal_extent <= checkpoint))
+		return;
+	hdr->wal_extent_tli = tli;
+	hdr->wal_extent = checkpoint;
+	persist_lineage(hdr);
+}
+
+static void
+clear_check(AmrPoolHeader *hdr)
+{
+	hdr->check_tli = 0;
+	hdr->check_extent = 0;
+	persist_lineage(hdr);
+}
+
+/*
+ * After a record that ends at "end" on timeline tli was inserted, or
+ * replayed, and before its change reaches the pool.  Replay also settles a
+ * pending check; returns false if that gave the pool up.  Must not fail
+ * (inside critical sections).
+ */
+bool
+amr_lineage_note(XLogRecPtr end, TimeLineID tli, bool replaying)
+{
+	AmrPoolHeader *hdr = amr_store.header;
+	bool		changed = false;
+
+	if (hdr == NULL || amr_shared == NULL)
+		return true;
+	SpinLockAcquire(&amr_shared->lineage_mutex);
+	if (hdr->wal_extent_tli != tli || hdr->wal_extent < end)
+	{
+		hdr->wal_extent_tli = tli;
+		hdr->wal_extent = end;
+		changed = true;
+	}
+	SpinLockRelease(&amr_shared->lineage_mutex);
+
+	/* a written-back file gets it before any page (amr_writeback.c) */
+	if (changed && !amr_wb_active())
+		persist_lineage(hdr);
+
+	if (replaying && hdr->check_tli != 0)
+	{
+		static TimeLineID judged_tli = 0;
+
+		if (tli == hdr->check_tli)
+		{
+			if (end >= hdr->check_extent)
+				clear_check(hdr);
+		}
+		else if (tli != judged_tli)
+		{
+			/* a later timeline: it branched off after the extent, or before */
+			judged_tli = tli;
+			if (on_history(hdr->check_tli, hdr->check_extent, tli, InvalidXLogRecPtr))
+				clear_check(hdr);
+			else
+			{
+				reset_pool(tli, end, psprintf("replay follows timeline %u, which branched off before it", tli));
+				return false;
+			}
+		}
+	}
+	return true;
+}
+
+/*
+ * Postmaster, the pool just opened, before any process uses it: decide what
+ * the control file and the timeline history files decide now, and leave the
+ * rest to replay.  replay_from_copy: backup_label, recovery.signal or
+ * standby.signal is present.
+ */
+void
+amr_lineage_at_open(bool replay_from_copy)
+{
+	AmrPoolHeader *hdr = amr_store.header;
+	TimeLineID	tli = hdr->check_tli != 0 ? hdr->check_tli : hdr->wal_extent_tli;
+	XLogRecPtr	extent = hdr->check_tli != 0 ? hdr->check_extent : hdr->wal_extent;
+	bool		crc_ok = false;
+	ControlFileData *cf;
+	TimeLineID	cf_tli;
+
+	if (tli == 0)
+		return;					/* a new pool, or one that recorded nothing */
+	if (replay_from_copy)
+	{
+		if (hdr->check_tli == 0)
+		{
+			hdr->check_tli = tli;
+			hdr->check_extent = extent;
+			persist_lineage(hdr);
+		}
+		return;
+	}
+	cf = get_controlfile(DataDir, &crc_ok);
+	if (!crc_ok)
+	{
+		pfree(cf);
+		return;					/* PostgreSQL refuses to start on it */
+	}
+	cf_tli = cf->checkPointCopy.ThisTimeLineID;
+	if (cf->state == DB_SHUTDOWNED)
+	{
+		if (!on_history(tli, extent, cf_tli, cf->checkPoint))
+			reset_pool(cf_tli, cf->checkPoint,
+					   psprintf("this data directory was shut down at %X/%X on timeline %u",
+								LSN_FORMAT_ARGS(cf->checkPoint), cf_tli));
+		else if (hdr->check_tli != 0)
+			clear_check(hdr);
+	}
+	else if (!on_history(tli, extent, cf_tli, InvalidXLogRecPtr))
+		reset_pool(cf_tli, cf->checkPoint,
+				   psprintf("this data directory continues on timeline %u, which branched off before it",
+							cf_tli));
+	else
+	{
+		if (hdr->check_tli != 0)
+			clear_check(hdr);
+		lower_to_checkpoint(cf_tli, cf->checkPoint);
+	}
+	pfree(cf);
+}
+
+/*
+ * Postmaster, restarting its children after one crashed: the pool is this
+ * server's own, on its timeline; see lower_to_checkpoint.
+ */
+void
+amr_lineage_at_crash_restart(void)
+{
+	bool		crc_ok = false;
+	ControlFileData *cf = get_controlfile(DataDir, &crc_ok);
+
+	if (crc_ok && amr_store.header->check_tli == 0)
+		lower_to_checkpoint(cf->checkPointCopy.ThisTimeLineID, cf->checkPoint);
+	pfree(cf);
+}
+
+/*
+ * Startup process, at the start of redo from a copy: the target timeline
+ * is known.  Returns false if the pool was given up.
+ */
+bool
+amr_lineage_at_redo_start(void)
+{
+	AmrPoolHeader *hdr = amr_store.header;
+
+	if (hdr->check_tli == 0 ||
+		on_history(hdr->check_tli, hdr->check_extent, recoveryTargetTLI, InvalidXLogRecPtr))
+		return true;
+	reset_pool(recoveryTargetTLI, GetXLogReplayRecPtr(NULL),
+			   psprintf("recovery targets timeline %u, which branched off before it",
+						recoveryTargetTLI));
+	return false;
+}
+
+/* Startup process, at the end of redo: did replay reach the extent? */
+void
+amr_lineage_at_redo_end(void)
+{
+	AmrPoolHeader *hdr = amr_store.header;
+	TimeLineID	tli;
+	XLogRecPtr	end = GetXLogReplayRecPtr(&tli);
+
+	if (hdr->check_tli == 0 || XLogRecPtrIsInvalid(end))
+		return;
+	if (on_history(hdr->check_tli, hdr->check_extent, tli, end))
+		clear_check(hdr);
+	else
+		reset_pool(tli, end,
+				   psprintf("recovery ended at %X/%X on timeline %u", LSN_FORMAT_ARGS(end), tli));
+}
