@@ -286,6 +286,39 @@ amr_lineage_at_redo_start(void)
 	return false;
 }
 
+/*
+ * A hot standby, any process: has replay passed the extent of the pool it
+ * started on?  Until then the pool may hold changes the replayed WAL does
+ * not -- a restarted standby's own pool is ahead of where replay resumes,
+ * and its removals are of rows that still exist there -- so queries must
+ * not use it.  *position says which position replay must pass.
+ */
+bool
+amr_lineage_replay_caught_up(XLogRecPtr *position)
+{
+	static TimeLineID judged_tli = 0;
+	static bool judged_passed = false;
+	AmrPoolHeader *hdr = amr_store.header;
+	TimeLineID	check_tli = hdr->check_tli;
+	XLogRecPtr	check = hdr->check_extent;
+	TimeLineID	tli;
+	XLogRecPtr	replayed;
+
+	*position = check;
+	if (check_tli == 0)
+		return true;
+	replayed = GetXLogReplayRecPtr(&tli);
+	if (tli == check_tli)
+		return replayed >= check;
+	/* a later timeline: passed if it branched off after the extent */
+	if (tli != judged_tli)
+	{
+		judged_passed = on_history(check_tli, check, tli, InvalidXLogRecPtr);
+		judged_tli = tli;
+	}
+	return judged_passed;
+}
+
 /* Startup process, at the end of redo: did replay reach the extent? */
 void
 amr_lineage_at_redo_end(void)

@@ -992,6 +992,8 @@ finish(void)
 void
 amr_require_ready(void)
 {
+	XLogRecPtr	position;
+
 	if (!amr_preloaded || amr_shared == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -1012,6 +1014,13 @@ amr_require_ready(void)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("amrtree indexes cannot be used before WAL replay has begun")));
+		if (!amr_lineage_replay_caught_up(&position))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("amrtree indexes cannot be used until WAL replay reaches %X/%X",
+							LSN_FORMAT_ARGS(position)),
+					 errdetail("The PMEM pool holds changes up to that position; before replay passes it, an index could miss rows that exist at the replayed position."),
+					 errhint("Retry once the standby has replayed that far: pg_last_wal_replay_lsn() shows its progress.")));
 		return;
 	}
 

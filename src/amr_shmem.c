@@ -219,15 +219,19 @@ amr_is_reconciled(void)
 
 /*
  * amrtree can be used here and now: preloaded, pool usable, and -- on a hot
- * standby -- attached by WAL replay, which keeps it up to date.
+ * standby -- attached by WAL replay, which keeps it up to date, and past
+ * the WAL extent of the pool it started on (amr_lineage.c).
  */
 bool
 amr_is_ready(void)
 {
+	XLogRecPtr	position;
+
 	if (!amr_preloaded || amr_shared == NULL || !amr_pool_ready())
 		return false;
 	if (!RecoveryInProgress())
 		return true;
 	return pg_atomic_read_u32(&amr_shared->attached) != 0 &&
-		pg_atomic_read_u32(&amr_shared->replay_failed) == 0;
+		pg_atomic_read_u32(&amr_shared->replay_failed) == 0 &&
+		amr_lineage_replay_caught_up(&position);
 }

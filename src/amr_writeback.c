@@ -26,7 +26,12 @@
  *					  dirty page: recovery, which starts at R, finds every
  *					  change whose record precedes R in the file;
  *	torn pages		  the first change of a leaf after R is logged whole, so
- *					  replay from R overwrites whatever a torn write left.
+ *					  replay from R overwrites whatever a torn write left;
+ *	extent before data
+ *					  the header's WAL extent covers every page written
+ *					  (wb_write_extent), so a data directory whose WAL does
+ *					  not lead there can tell the file is not its own
+ *					  (amr_lineage.c).
  *
  * The header records whether the file may lag the copy (writeback) and up
  * to which redo pointer it is complete (fenced_redo).  At every start, and

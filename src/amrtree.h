@@ -383,6 +383,9 @@ extern void amr_lineage_at_crash_restart(void);
 /* Startup process, redo starting: false if the target timeline rules the pool out. */
 extern bool amr_lineage_at_redo_start(void);
 
+/* Hot standby: has replay passed the extent of the pool it started on (*position)? */
+extern bool amr_lineage_replay_caught_up(XLogRecPtr *position);
+
 /* Startup process, redo ended: the replayed WAL must have reached the pool's extent. */
 extern void amr_lineage_at_redo_end(void);
 
