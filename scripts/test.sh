@@ -157,11 +157,12 @@ DIGEST=""
 digest_tap_failure() {	# file
 	local name
 	name=$(basename "$1" .pl)
+	# (set -e, pipefail: a grep that finds nothing must not end the run)
 	DIGEST+="--- $1"$'\n'
-	DIGEST+=$(grep -A4 '^#   Failed test' "$WORK/tap/$name.pl.out" | grep -v '^--$' | head -n 24)$'\n'
-	DIGEST+=$(grep -HE 'WARNING|ERROR|PANIC|FATAL|is not complete up to|dropped the trees|has no tree|cannot maintain' \
+	DIGEST+=$(grep -A4 '^#   Failed test' "$WORK/tap/$name.pl.out" | grep -v '^--$' | head -n 24 || true)$'\n'
+	DIGEST+=$(grep -HE 'WARNING|ERROR|PANIC|FATAL|is not complete up to|dropped the trees|has no tree|cannot maintain|does not lead to' \
 		"$WORK"/tap/tmp_check/log/*"$name"*.log 2>/dev/null | sed "s|^$WORK/tap/tmp_check/log/||" |
-		grep -vE 'fault injection|due to administrator command' | head -n 16)$'\n'
+		grep -vE 'fault injection|due to administrator command' | head -n 16 || true)$'\n'
 }
 
 run_tap() {
@@ -180,7 +181,7 @@ run_tap() {
 			AMR_POOL_TAG="$POOL_TAG" AMR_SRC="$WORK/src" \
 			timeout 1200 prove -v -I "$PG_PGXS/src/test/perl" -I "$WORK/src/t" "$f" \
 			> "$WORK/tap/$(basename "$f").out" 2>&1 && status=ok || status=fail
-		grep -E '^(ok|not ok|#)|Result:|Failed|Dubious' "$WORK/tap/$(basename "$f").out" | grep -v '^# Looks' | tail -40
+		grep -E '^(ok|not ok|#)|Result:|Failed|Dubious' "$WORK/tap/$(basename "$f").out" | grep -v '^# Looks' | tail -40 || true
 		record "tap/$(basename "$f")" "$status"
 		if [ "$status" != ok ]; then
 			echo "--- server logs of $f:"

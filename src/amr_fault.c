@@ -154,11 +154,18 @@ fault_pause(const char *point)
 	bool		critical = CritSectionCount > 0;
 	int			fd;
 
+	/* the log says so before the file exists: tests wait for the file */
+	write_stderr("amrtree: fault injection: paused at \"%s\" until %s is removed (pid %d)\n",
+				 point, FAULT_PAUSED_FILE, (int) getpid());
 	fd = open(FAULT_PAUSED_FILE, O_CREAT | O_TRUNC | O_WRONLY, S_IRUSR | S_IWUSR);
 	if (fd < 0)
 	{
 		if (critical)
+		{
+			write_stderr("amrtree: fault injection: not pausing at \"%s\": could not create %s\n",
+						 point, FAULT_PAUSED_FILE);
 			return;
+		}
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not create file \"%s\": %m", FAULT_PAUSED_FILE)));
@@ -168,8 +175,6 @@ fault_pause(const char *point)
 		/* the file's existence is what matters */
 	}
 	close(fd);
-	write_stderr("amrtree: fault injection: paused at \"%s\" until %s is removed (pid %d)\n",
-				 point, FAULT_PAUSED_FILE, (int) getpid());
 	while (access(FAULT_PAUSED_FILE, F_OK) == 0)
 	{
 		if (critical)

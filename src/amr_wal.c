@@ -48,19 +48,38 @@ amr_xlog_insert(uint8 info)
 
 /* ---- deciding ---- */
 
+/*
+ * A change with no record of its own (an unlogged index, or wal_level =
+ * minimal) still counts for the pool's WAL extent, at the position WAL
+ * insertion has reached: a clean stop's checkpoint lies beyond it, and a
+ * data directory put back to an earlier state does not reach it, as for a
+ * record (amr_lineage.c).
+ */
+static void
+note_unlogged_change(void)
+{
+	(void) amr_lineage_note(GetXLogInsertRecPtr(), GetWALInsertionTimeLine(), false);
+}
+
 bool
 amr_wal_wanted(const AmrTree *t, Relation index)
 {
 	const AmrTreeRecord *rec = &amr_store.tree_records[t->tree_no];
 
-	if (rec->flags & (AMR_TREE_FLAG_UNLOGGED | AMR_TREE_FLAG_TEMP))
-		return false;
+	if (rec->flags & AMR_TREE_FLAG_TEMP)
+		return false;			/* gone at any restart */
 	if (RecoveryInProgress())
 		return false;
+	if (rec->flags & AMR_TREE_FLAG_UNLOGGED)
+	{
+		note_unlogged_change();
+		return false;
+	}
 	if (index != NULL && !RelationNeedsWAL(index))
 	{
 		/* wal_level = minimal, created in this transaction: synced at commit */
 		amr_wb_note_wal_skipped();
+		note_unlogged_change();
 		return false;
 	}
 	return true;
