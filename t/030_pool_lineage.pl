@@ -92,18 +92,20 @@ sub log_since
 	return substr(slurp_file($node->logfile), $at);
 }
 
-# After a start on a pool from another life: said so, rebuilt, right rows.
+# After a start on a pool from another life: said so, rebuilt, right rows
+# (in $table, trips by default, indexed by ${table}_b).
 sub check_given_up
 {
-	my ($node, $at, $what, $rows) = @_;
+	my ($node, $at, $what, $rows, $table) = @_;
+	$table ||= 'trips';
 	like(log_since($node, $at), $other_life, "$what: the log names the pool from another life");
-	ok($node->poll_query_until('postgres', q{SELECT status = 'ok' FROM amrtree_index_stats('trips_b')}),
+	ok($node->poll_query_until('postgres', qq{SELECT status = 'ok' FROM amrtree_index_stats('${table}_b')}),
 		"$what: the index is rebuilt");
-	is($node->safe_psql('postgres', 'SELECT count(*) FROM trips'), $rows,
+	is($node->safe_psql('postgres', "SELECT count(*) FROM $table"), $rows,
 		"$what: the table holds the restored rows");
-	my ($m, $i) = amrwal_parity($node, 'trips');
+	my ($m, $i) = amrwal_parity($node, $table);
 	is($m, 0, "$what: every strategy through the index agrees with a sequential scan ($i)");
-	is(amrwal_check($node, 'trips_b'), 't', "$what: amrtree_check");
+	is(amrwal_check($node, "${table}_b"), 't', "$what: amrtree_check");
 }
 
 my $tmp = PostgreSQL::Test::Utils::tempdir();
@@ -169,13 +171,7 @@ CREATE INDEX u_b ON u USING amrtree (b);});
 	restore_in_place($node, $cold_u);
 	$at = -s $node->logfile;
 	$node->start;
-	like(log_since($node, $at), $other_life, "$kind, unlogged changes only: the log names the pool from another life");
-	ok($node->poll_query_until('postgres', q{SELECT status = 'ok' FROM amrtree_index_stats('u_b')}),
-		"$kind, unlogged changes only: the index is rebuilt");
-	is($node->safe_psql('postgres', 'SELECT count(*) FROM u'), $urows,
-		"$kind, unlogged changes only: the unlogged table holds the copy's rows");
-	my ($m, $i) = amrwal_parity($node, 'u');
-	is($m, 0, "$kind, unlogged changes only: every strategy through its index agrees with a sequential scan ($i)");
+	check_given_up($node, $at, "$kind, unlogged changes only", $urows, 'u');
 	$node->stop;
 }
 
