@@ -147,8 +147,9 @@ clear_check(AmrPoolHeader *hdr)
 /*
  * After a record that ends at "end" on timeline tli was inserted, or
  * replayed, and before its change reaches the pool.  Replay also settles a
- * pending check; returns false if that gave the pool up.  Must not fail
- * (inside critical sections).
+ * pending check; returns false if that gave the pool up.  A backend calls
+ * it inside a critical section: without "replaying" it neither allocates
+ * nor fails.  (Replay, outside one, may read timeline history files.)
  */
 bool
 amr_lineage_note(XLogRecPtr end, TimeLineID tli, bool replaying)
