@@ -47,7 +47,6 @@
 #include "access/xlog.h"
 #include "access/xlogrecovery.h"
 #include "catalog/pg_control.h"
-#include "common/controldata_utils.h"
 #include "miscadmin.h"
 #include "storage/spin.h"
 
@@ -200,17 +199,16 @@ amr_lineage_note(XLogRecPtr end, TimeLineID tli, bool replaying)
 /*
  * Postmaster, the pool just opened, before any process uses it: decide what
  * the control file and the timeline history files decide now, and leave the
- * rest to replay.  replay_from_copy: backup_label, recovery.signal or
- * standby.signal is present.
+ * rest to replay.  cf: the control file, NULL if its CRC is wrong (then
+ * PostgreSQL refuses to start).  replay_from_copy: backup_label,
+ * recovery.signal or standby.signal is present.
  */
 void
-amr_lineage_at_open(bool replay_from_copy)
+amr_lineage_at_open(const ControlFileData *cf, bool replay_from_copy)
 {
 	AmrPoolHeader *hdr = amr_store.header;
 	TimeLineID	tli = hdr->check_tli != 0 ? hdr->check_tli : hdr->wal_extent_tli;
 	XLogRecPtr	extent = hdr->check_tli != 0 ? hdr->check_extent : hdr->wal_extent;
-	bool		crc_ok = false;
-	ControlFileData *cf;
 	TimeLineID	cf_tli;
 
 	if (tli == 0)
@@ -225,12 +223,8 @@ amr_lineage_at_open(bool replay_from_copy)
 		}
 		return;
 	}
-	cf = get_controlfile(DataDir, &crc_ok);
-	if (!crc_ok)
-	{
-		pfree(cf);
-		return;					/* PostgreSQL refuses to start on it */
-	}
+	if (cf == NULL)
+		return;
 	cf_tli = cf->checkPointCopy.ThisTimeLineID;
 	if (cf->state == DB_SHUTDOWNED)
 	{
@@ -251,7 +245,6 @@ amr_lineage_at_open(bool replay_from_copy)
 			clear_check(hdr);
 		lower_to_checkpoint(cf_tli, cf->checkPoint);
 	}
-	pfree(cf);
 }
 
 /*
@@ -259,14 +252,10 @@ amr_lineage_at_open(bool replay_from_copy)
  * server's own, on its timeline; see lower_to_checkpoint.
  */
 void
-amr_lineage_at_crash_restart(void)
+amr_lineage_at_crash_restart(const ControlFileData *cf)
 {
-	bool		crc_ok = false;
-	ControlFileData *cf = get_controlfile(DataDir, &crc_ok);
-
-	if (crc_ok && amr_store.header->check_tli == 0)
+	if (cf != NULL && amr_store.header->check_tli == 0)
 		lower_to_checkpoint(cf->checkPointCopy.ThisTimeLineID, cf->checkPoint);
-	pfree(cf);
 }
 
 /*

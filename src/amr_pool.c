@@ -835,14 +835,17 @@ amr_pool_may_be_a_copy(void)
 }
 
 /*
- * Postmaster, pool open: if this start follows a crash (the control file
- * was not left "shut down", or the postmaster is restarting its children
- * after one), record it in the pool so that the reconciliation prunes and
- * empties unlogged trees, as PostgreSQL resets unlogged relations in the
- * same case.  See amr_note_unclean_start.
+ * Postmaster, pool open or the postmaster restarting its children after a
+ * crash: what the control file says about this start goes into the pool
+ * before recovery removes the evidence.  If the start follows a crash (the
+ * control file was not left "shut down", or children crashed), record it
+ * so that the reconciliation prunes and empties unlogged trees, as
+ * PostgreSQL resets unlogged relations in the same case (see
+ * amr_note_unclean_start); and check that this data directory's WAL leads
+ * to the pool's contents (amr_lineage.c).
  */
 static void
-note_crash(bool children_crashed)
+note_start(bool children_crashed)
 {
 	bool		crc_ok = false;
 	ControlFileData *cf = get_controlfile(DataDir, &crc_ok);
@@ -851,6 +854,10 @@ note_crash(bool children_crashed)
 
 	if (children_crashed || !clean)
 		amr_note_unclean_start(cf->checkPoint);
+	if (children_crashed)
+		amr_lineage_at_crash_restart(crc_ok ? cf : NULL);
+	else
+		amr_lineage_at_open(crc_ok ? cf : NULL, pool_may_be_copy);
 	pfree(cf);
 }
 
@@ -879,10 +886,7 @@ amr_pool_open_at_start(void)
 	pool_open_or_create();
 	note_replay_source();
 	if (pool_status == AMR_POOL_READY)
-	{
-		note_crash(false);
-		amr_lineage_at_open(pool_may_be_copy);
-	}
+		note_start(false);
 }
 
 /* Postmaster, restarting its children after one of them crashed. */
@@ -893,10 +897,7 @@ amr_pool_note_crash_restart(void)
 	amr_wb_reload();
 	note_replay_source();
 	if (pool_status == AMR_POOL_READY)
-	{
-		note_crash(true);
-		amr_lineage_at_crash_restart();
-	}
+		note_start(true);
 }
 
 /* Raise the ERROR that says why the pool cannot be used. */

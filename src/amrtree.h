@@ -14,6 +14,7 @@
 #include "access/amapi.h"
 #include "access/genam.h"
 #include "access/xlogdefs.h"
+#include "catalog/pg_control.h"
 #include "nodes/pathnodes.h"
 #include "port/atomics.h"
 #include "common/relpath.h"
@@ -375,10 +376,10 @@ extern void amr_note_replay_end(XLogRecPtr replay_end);
 extern bool amr_lineage_note(XLogRecPtr end, TimeLineID tli, bool replaying);
 
 /* Postmaster, pool opened: refuse a pool this data directory's WAL does not lead to. */
-extern void amr_lineage_at_open(bool replay_from_copy);
+extern void amr_lineage_at_open(const ControlFileData *cf, bool replay_from_copy);
 
 /* Postmaster, restarting its children after a crash: the lost tail is not another life. */
-extern void amr_lineage_at_crash_restart(void);
+extern void amr_lineage_at_crash_restart(const ControlFileData *cf);
 
 /* Startup process, redo starting: false if the target timeline rules the pool out. */
 extern bool amr_lineage_at_redo_start(void);
