@@ -28,20 +28,34 @@ use AmrTree;
 
 my $node = amr_node('vacrace', conf => "autovacuum = off\n");
 $node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION amrtree');
+$node->safe_psql('postgres', 'CREATE EXTENSION amrtree; CREATE EXTENSION pageinspect');
 amr_setup_parity($node);
 
 my $paused = $node->data_dir . '/amrtree_fault_paused';
 
-# Entries whose TID holds no visible row (after VACUUM, with nothing else
-# running, there must be none: a deleted row's entry goes before its TID
-# is freed).
-sub orphans
+# Entries that outlive their row's line pointer: live, naming a TID that
+# holds no visible row and whose line pointer is free (or past the end of
+# the table).  Only such a TID can be reused by a new row, which a stale
+# entry would then return.  A deleted row VACUUM did not prune keeps its
+# line pointer, and its entry rightly stays until a later VACUUM: VACUUM
+# leaves a heap page unpruned when a concurrent insert holds its buffer pin
+# ("tuples missed: N dead from M pages not removed due to cleanup lock
+# contention" in VACUUM VERBOSE).  Counting those entries as stale made
+# this test fail about once in five runs of the "with inserts" round, with
+# one heap page's deleted rows (40) left in 40 leaves.
+#
+# Returns (stale entries, entries of dead rows still in the heap).
+sub unseen_entries
 {
 	my ($table, $index) = @_;
-	return $node->safe_psql('postgres', qq{
-SELECT count(*) FROM amrtree_leaf_entries('$index') e
-WHERE NOT e.dead AND NOT EXISTS (SELECT 1 FROM $table h WHERE h.ctid = e.tid)});
+	return split /\|/, $node->safe_psql('postgres', qq{
+SELECT count(*) FILTER (WHERE NOT keeps_tid), count(*) FILTER (WHERE keeps_tid)
+FROM (SELECT CASE WHEN (e.tid::text::point)[0] >= pg_relation_size('$table') / current_setting('block_size')::int
+             THEN false
+             ELSE EXISTS (SELECT 1 FROM heap_page_items(get_raw_page('$table', (e.tid::text::point)[0]::int)) p
+                          WHERE p.lp = (e.tid::text::point)[1]::int AND p.lp_flags <> 0) END AS keeps_tid
+      FROM amrtree_leaf_entries('$index') e
+      WHERE NOT e.dead AND NOT EXISTS (SELECT 1 FROM $table h WHERE h.ctid = e.tid)) unseen});
 }
 
 # One round: a table of one leaf, every other row deleted, VACUUM paused at
@@ -97,7 +111,8 @@ SELECT amrtree_settle('${table}_b', 0);});
 	$vac->query_until(qr/vacuumed/, '');
 	$vac->quit;
 
-	is(orphans($table, "${table}_b"), '0', "$table: no entry outlives its row");
+	my ($stale) = unseen_entries($table, "${table}_b");
+	is($stale, '0', "$table: no entry outlives its row's line pointer");
 	my $dead = $node->safe_psql('postgres', "SELECT count(*) FILTER (WHERE dead) FROM amrtree_leaf_entries('${table}_b')");
 	if ($faults =~ /pmem_full/)
 	{
@@ -141,13 +156,15 @@ is(round('vr_move', 'unlimited', '', 'move'), 'pmem', 'a PMEM leaf, moved to SSD
 sub check_many
 {
 	my ($what) = @_;
-	is(orphans('vr_many', 'vr_many_b'), '0', "vr_many, $what: no entry outlives its row");
+	my ($stale, $kept) = unseen_entries('vr_many', 'vr_many_b');
+	is($stale, '0', "vr_many, $what: no entry outlives its row's line pointer");
+	note("vr_many, $what: $kept entries of dead rows VACUUM could not prune") if $kept;
 	is($node->safe_psql('postgres', q{
 SELECT count(*) FILTER (WHERE dead) FROM amrtree_leaf_entries('vr_many_b')}),
 		'0', "vr_many, $what: VACUUM rewrote the SSD leaves without the removed entries");
 	is($node->safe_psql('postgres', q{SELECT entries FROM amrtree_index_stats('vr_many_b')}),
-		$node->safe_psql('postgres', 'SELECT count(*) FROM vr_many'),
-		"vr_many, $what: the index counts the rows of the table");
+		$node->safe_psql('postgres', 'SELECT count(*) FROM vr_many') + $kept,
+		"vr_many, $what: the index counts the rows of the table and the dead rows left in it");
 	is($node->safe_psql('postgres', q{SELECT amrtree_check('vr_many_b')}), 't',
 		"vr_many, $what: the index and the slot allocator are consistent");
 }
