@@ -102,6 +102,7 @@ char	   *amr_fault_injection = NULL;
 static const char *const fault_conditions[] = {
 	"vacuum:pmem_full",
 	"reconcile:fail",
+	"writeback:reboot_lost_extent",
 	NULL
 };
 

@@ -43,11 +43,18 @@
  */
 #include "amrtree.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "access/timeline.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "access/xlogreader.h"
 #include "access/xlogrecovery.h"
 #include "catalog/pg_control.h"
+#include "common/controldata_utils.h"
 #include "miscadmin.h"
+#include "storage/fd.h"
 #include "storage/spin.h"
 
 /*
@@ -194,6 +201,148 @@ amr_lineage_note(XLogRecPtr end, TimeLineID tli, bool replaying)
 		}
 	}
 	return true;
+}
+
+/* ---- the end of the WAL in pg_wal ---- */
+
+/* What local_wal_page_read keeps between pages. */
+typedef struct LocalWal
+{
+	int			fd;				/* the segment being read, or -1 */
+	XLogSegNo	segno;
+	TimeLineID	newest_tli;		/* the newest timeline a segment is named for */
+} LocalWal;
+
+/*
+ * An XLogReader page callback over the segments in pg_wal (the
+ * postmaster's working directory is the data directory).  Of the copies
+ * of a segment on several timelines, the newest one's holds the WAL replay
+ * follows there.
+ */
+static int
+local_wal_page_read(XLogReaderState *reader, XLogRecPtr page, int reqLen,
+					XLogRecPtr targetRecPtr, char *buf)
+{
+	LocalWal   *lw = (LocalWal *) reader->private_data;
+	int			seg_size = reader->segcxt.ws_segsize;
+	XLogSegNo	segno;
+	TimeLineID	tli;
+
+	XLByteToSeg(page, segno, seg_size);
+	if (lw->fd < 0 || lw->segno != segno)
+	{
+		if (lw->fd >= 0)
+			close(lw->fd);
+		lw->fd = -1;
+		for (tli = lw->newest_tli; tli > 0 && lw->fd < 0; tli--)
+		{
+			char		path[MAXPGPATH];
+
+			XLogFilePath(path, tli, segno, seg_size);
+			lw->fd = open(path, O_RDONLY | PG_BINARY, 0);
+		}
+		if (lw->fd < 0)
+			return -1;
+		lw->segno = segno;
+	}
+	if (pg_pread(lw->fd, buf, XLOG_BLCKSZ, XLogSegmentOffset(page, seg_size)) != XLOG_BLCKSZ)
+		return -1;
+	return XLOG_BLCKSZ;
+}
+
+static TimeLineID
+newest_segment_timeline(int seg_size)
+{
+	DIR		   *dir = AllocateDir(XLOGDIR);
+	struct dirent *de;
+	TimeLineID	newest = 0;
+
+	while ((de = ReadDir(dir, XLOGDIR)) != NULL)
+	{
+		TimeLineID	tli;
+		XLogSegNo	segno;
+
+		if (!IsXLogFileName(de->d_name))
+			continue;
+		XLogFromFileName(de->d_name, &tli, &segno, seg_size);
+		newest = Max(newest, tli);
+	}
+	FreeDir(dir);
+	return newest;
+}
+
+/*
+ * Postmaster, loading a written-back file that WAL replay wrote without
+ * syncing before the machine restarted (amr_writeback.c, "during
+ * recovery"): hdr is the loaded copy's header, "from" the replay position
+ * of the file's last sync.  Replay put the header's extent into the page
+ * cache before each page, but an operating-system crash keeps any subset
+ * of unsynced writes: the pages may hold changes from beyond the extent
+ * the header kept, up to where replay had got.  Replay reads only WAL that
+ * is durable in pg_wal (the WAL receiver flushes before it lets replay on;
+ * a segment restored from an archive is kept there under its name), so
+ * the end of the last valid record there bounds it.  Raise the extent, and
+ * a pending check, to that end: a hot standby's queries then wait until
+ * replay has passed it (amr_lineage_replay_caught_up), as after a stop.
+ * The caller writes the header.
+ */
+void
+amr_lineage_after_unsynced_replay(AmrPoolHeader *hdr, XLogRecPtr from)
+{
+	bool		crc_ok = false;
+	ControlFileData *cf = get_controlfile(DataDir, &crc_ok);
+	LocalWal	lw = {-1, 0, 0};
+	XLogReaderState *reader;
+	XLogRecPtr	first;
+	XLogRecPtr	end = InvalidXLogRecPtr;
+	TimeLineID	end_tli = 0;
+	char	   *errormsg;
+
+	if (!crc_ok || XLogRecPtrIsInvalid(from))
+	{
+		/* PostgreSQL refuses to start; or a file that says nothing */
+		pfree(cf);
+		return;
+	}
+	lw.newest_tli = newest_segment_timeline(cf->xlog_seg_size);
+	reader = XLogReaderAllocate(cf->xlog_seg_size, NULL,
+								XL_ROUTINE(.page_read = local_wal_page_read), &lw);
+	if (reader == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory while reading the WAL in pg_wal")));
+	reader->system_identifier = cf->system_identifier;
+	first = XLogFindNextRecord(reader, from);
+	if (!XLogRecPtrIsInvalid(first))
+	{
+		XLogBeginRead(reader, first);
+		while (XLogReadRecord(reader, &errormsg) != NULL)
+		{
+			end = reader->EndRecPtr;
+			end_tli = reader->latestPageTLI;
+		}
+	}
+	XLogReaderFree(reader);
+	if (lw.fd >= 0)
+		close(lw.fd);
+	pfree(cf);
+
+	if (end_tli == 0 || end_tli < hdr->wal_extent_tli ||
+		(end_tli == hdr->wal_extent_tli && end <= hdr->wal_extent))
+		return;
+	ereport(LOG,
+			(errmsg("amrtree: pool \"%s\" was written by WAL replay that had not synced it when the machine restarted; its WAL extent is raised from %X/%X to %X/%X, the end of the WAL in pg_wal",
+					amr_pool_path_display(), LSN_FORMAT_ARGS(hdr->wal_extent), LSN_FORMAT_ARGS(end)),
+			 errdetail("The file may hold changes from beyond the extent its header kept.  A hot standby uses its amrtree indexes once replay passes %X/%X.",
+					   LSN_FORMAT_ARGS(end))));
+	hdr->wal_extent_tli = end_tli;
+	hdr->wal_extent = end;
+	if (hdr->check_tli != 0 &&
+		(end_tli > hdr->check_tli || (end_tli == hdr->check_tli && end > hdr->check_extent)))
+	{
+		hdr->check_tli = end_tli;
+		hdr->check_extent = end;
+	}
 }
 
 /*

@@ -1169,9 +1169,22 @@ wb_load(void)
 	if (hdr->writeback != 0)
 	{
 		XLogRecPtr	start = wb_recovery_start();
+		bool		same_boot;
 
-		if (hdr->fenced_redo < start &&
-			!(hdr->writeback == AMR_WB_RECOVERY && hdr->boot != 0 && hdr->boot == wb_boot_tag()))
+		same_boot = hdr->writeback == AMR_WB_RECOVERY &&
+			hdr->boot != 0 && hdr->boot == wb_boot_tag();
+
+		/*
+		 * A test's stand-in for an operating-system crash during replay: the
+		 * machine restarted, and the header's extent writes since recovery
+		 * started were lost while the pages written after them were kept.
+		 */
+		if (same_boot && AMR_FAULT_ACTIVE("writeback:reboot_lost_extent"))
+		{
+			same_boot = false;
+			hdr->wal_extent = Min(hdr->wal_extent, start);
+		}
+		if (hdr->fenced_redo < start && !same_boot)
 		{
 			ereport(LOG,
 					(errmsg("amrtree: pool \"%s\" is not complete up to the WAL position recovery starts from; its indexes are rebuilt",
@@ -1180,6 +1193,8 @@ wb_load(void)
 							   LSN_FORMAT_ARGS(hdr->fenced_redo), LSN_FORMAT_ARGS(start))));
 			hdr->history_reset = 1;
 		}
+		else if (hdr->writeback == AMR_WB_RECOVERY && !same_boot)
+			amr_lineage_after_unsynced_replay(hdr, hdr->fenced_redo);
 		hdr->writeback = AMR_WB_COMPLETE;
 		wb_write_header();
 	}

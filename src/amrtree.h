@@ -375,6 +375,9 @@ extern void amr_note_replay_end(XLogRecPtr replay_end);
 /* Record that a change logged by a record ending at end (timeline tli) may reach the pool; false if replay gave the pool up. */
 extern bool amr_lineage_note(XLogRecPtr end, TimeLineID tli, bool replaying);
 
+/* Postmaster, loading a file replay had not synced before a reboot: raise its extent to the end of pg_wal's WAL. */
+extern void amr_lineage_after_unsynced_replay(AmrPoolHeader *hdr, XLogRecPtr from);
+
 /* Postmaster, pool opened: refuse a pool this data directory's WAL does not lead to. */
 extern void amr_lineage_at_open(const ControlFileData *cf, bool replay_from_copy);
 

@@ -12,6 +12,11 @@
 # (and amrtree_index_stats says until which position), and a query that
 # would rather use it returns what a sequential scan returns.  Once replay
 # is let go, the index is used again and agrees with a sequential scan.
+#
+# Then the same after an operating-system crash, which may keep pages the
+# file's header does not cover (writeback:reboot_lost_extent stands in for
+# it): the extent comes from the WAL in pg_wal, and a promotion afterwards
+# finds it reached.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -70,5 +75,64 @@ is($m, 0, "every strategy through the standby's index agrees with a sequential s
 is(amrwal_check($standby, 'trips_b'), 't', 'amrtree_check');
 unlike(slurp_file($standby->logfile), qr/holds changes this data directory's WAL does not lead to/,
 	'the standby kept its pool');
+
+# An operating-system crash of the standby.  Replay writes its pages and
+# the header's extent into the page cache and syncs every second; the crash
+# may keep a page and lose the extent that covers it, so the header can
+# trail the pages.  The fault writeback:reboot_lost_extent stands in for
+# such a crash at the next start: the file counts as written before a
+# reboot, and its extent goes back to where recovery starts.  amrtree must
+# then take the extent from the WAL in pg_wal, or the index would be used
+# at a position where it has lost entries of rows still there.
+
+# a restartpoint after every change so far, so that replay resumes past them
+$primary->safe_psql('postgres', 'CHECKPOINT');
+$primary->wait_for_catchup($standby);
+$standby->safe_psql('postgres', 'CHECKPOINT');
+# replay's next write syncs the file: complete past the restartpoint, so trusted
+sleep 2;
+my $rows2 = $primary->safe_psql('postgres', 'SELECT count(*) FROM trips');
+my $before2 = $primary->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
+$primary->safe_psql('postgres', 'DELETE FROM trips WHERE id % 3 = 1; VACUUM trips;');
+$primary->wait_for_catchup($standby);
+$standby->stop('immediate');
+$standby->append_conf('postgresql.conf',
+	"amrtree.fault_injection = 'writeback:reboot_lost_extent'\nrecovery_target_lsn = '$before2'\n");
+my $log_from = -s $standby->logfile;
+$standby->start;
+ok($standby->poll_query_until('postgres', q{SELECT pg_get_wal_replay_pause_state() = 'paused'}),
+	'after the "reboot", replay paused before the second DELETE');
+like(substr(slurp_file($standby->logfile), $log_from),
+	qr/was written by WAL replay that had not synced it when the machine restarted; its WAL extent is raised/,
+	'the extent is taken from the WAL in pg_wal');
+is($standby->safe_psql('postgres', 'SELECT count(*) FROM trips'), $rows2, 'there, a count returns every row');
+like(amrwal_query($standby, q{SELECT status FROM amrtree_index_stats('trips_b')}),
+	qr/amrtree indexes cannot be used until WAL replay reaches/,
+	'the index waits for replay to pass the end of that WAL');
+is($standby->safe_psql('postgres',
+		"SET enable_seqscan = off; SET enable_bitmapscan = off; SELECT count(*) FROM trips WHERE b && $window"),
+	$standby->safe_psql('postgres',
+		"SET enable_indexscan = off; SET enable_indexonlyscan = off; SET enable_bitmapscan = off; SELECT count(*) FROM trips WHERE b && $window"),
+	'a query that prefers the index returns every row');
+
+$standby->append_conf('postgresql.conf', "amrtree.fault_injection = ''\nrecovery_target_lsn = ''\n");
+$standby->restart;
+$primary->safe_psql('postgres', 'INSERT INTO trips SELECT id + 6000000, b, t FROM trips WHERE id % 7 = 2');
+$primary->wait_for_catchup($standby);
+is($standby->safe_psql('postgres', q{SELECT status FROM amrtree_index_stats('trips_b')}), 'ok',
+	'past the end of that WAL, the index is used again');
+($m, $i) = amrwal_parity($standby, 'trips');
+is($m, 0, "every strategy agrees with a sequential scan after the \"reboot\" ($i)");
+
+# the raised extent is WAL this data directory has: promotion keeps the pool
+$standby->promote;
+$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+  or die 'the standby did not finish its promotion';
+$standby->safe_psql('postgres', 'INSERT INTO trips SELECT id + 7000000, b, t FROM trips WHERE id % 11 = 3');
+($m, $i) = amrwal_parity($standby, 'trips');
+is($m, 0, "after promotion, every strategy agrees with a sequential scan ($i)");
+is(amrwal_check($standby, 'trips_b'), 't', 'amrtree_check after promotion');
+unlike(slurp_file($standby->logfile), qr/holds changes this data directory's WAL does not lead to/,
+	'promotion kept the pool');
 
 done_testing();
