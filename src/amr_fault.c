@@ -103,6 +103,7 @@ static const char *const fault_conditions[] = {
 	"vacuum:pmem_full",
 	"reconcile:fail",
 	"writeback:reboot_lost_extent",
+	"upgrade:extent_unknown",
 	NULL
 };
 

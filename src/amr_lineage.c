@@ -272,6 +272,47 @@ newest_segment_timeline(int seg_size)
 }
 
 /*
+ * The end of the last valid record of the WAL in pg_wal, and the timeline
+ * of its page, reading from the first record that begins at or after
+ * "from"; false if there is none.
+ */
+static bool
+local_wal_end(const ControlFileData *cf, XLogRecPtr from, XLogRecPtr *end, TimeLineID *end_tli)
+{
+	LocalWal	lw = {-1, 0, 0};
+	XLogReaderState *reader;
+	XLogRecPtr	first;
+	char	   *errormsg;
+
+	*end = InvalidXLogRecPtr;
+	*end_tli = 0;
+	if (XLogRecPtrIsInvalid(from))
+		return false;
+	lw.newest_tli = newest_segment_timeline(cf->xlog_seg_size);
+	reader = XLogReaderAllocate(cf->xlog_seg_size, NULL,
+								XL_ROUTINE(.page_read = local_wal_page_read), &lw);
+	if (reader == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory while reading the WAL in pg_wal")));
+	reader->system_identifier = cf->system_identifier;
+	first = XLogFindNextRecord(reader, from);
+	if (!XLogRecPtrIsInvalid(first))
+	{
+		XLogBeginRead(reader, first);
+		while (XLogReadRecord(reader, &errormsg) != NULL)
+		{
+			*end = reader->EndRecPtr;
+			*end_tli = reader->latestPageTLI;
+		}
+	}
+	XLogReaderFree(reader);
+	if (lw.fd >= 0)
+		close(lw.fd);
+	return *end_tli != 0;
+}
+
+/*
  * Postmaster, loading a written-back file that WAL replay wrote without
  * syncing before the machine restarted (amr_writeback.c, "during
  * recovery"): hdr is the loaded copy's header, "from" the replay position
@@ -291,43 +332,14 @@ amr_lineage_after_unsynced_replay(AmrPoolHeader *hdr, XLogRecPtr from)
 {
 	bool		crc_ok = false;
 	ControlFileData *cf = get_controlfile(DataDir, &crc_ok);
-	LocalWal	lw = {-1, 0, 0};
-	XLogReaderState *reader;
-	XLogRecPtr	first;
-	XLogRecPtr	end = InvalidXLogRecPtr;
-	TimeLineID	end_tli = 0;
-	char	   *errormsg;
+	XLogRecPtr	end;
+	TimeLineID	end_tli;
+	bool		found;
 
-	if (!crc_ok || XLogRecPtrIsInvalid(from))
-	{
-		/* PostgreSQL refuses to start; or a file that says nothing */
-		pfree(cf);
-		return;
-	}
-	lw.newest_tli = newest_segment_timeline(cf->xlog_seg_size);
-	reader = XLogReaderAllocate(cf->xlog_seg_size, NULL,
-								XL_ROUTINE(.page_read = local_wal_page_read), &lw);
-	if (reader == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory while reading the WAL in pg_wal")));
-	reader->system_identifier = cf->system_identifier;
-	first = XLogFindNextRecord(reader, from);
-	if (!XLogRecPtrIsInvalid(first))
-	{
-		XLogBeginRead(reader, first);
-		while (XLogReadRecord(reader, &errormsg) != NULL)
-		{
-			end = reader->EndRecPtr;
-			end_tli = reader->latestPageTLI;
-		}
-	}
-	XLogReaderFree(reader);
-	if (lw.fd >= 0)
-		close(lw.fd);
+	/* with a bad control file PostgreSQL refuses to start */
+	found = crc_ok && local_wal_end(cf, from, &end, &end_tli);
 	pfree(cf);
-
-	if (end_tli == 0 || end_tli < hdr->wal_extent_tli ||
+	if (!found || end_tli < hdr->wal_extent_tli ||
 		(end_tli == hdr->wal_extent_tli && end <= hdr->wal_extent))
 		return;
 	ereport(LOG,
@@ -346,14 +358,41 @@ amr_lineage_after_unsynced_replay(AmrPoolHeader *hdr, XLogRecPtr from)
 }
 
 /*
+ * A pool upgraded from version 2 at this start, replayed over as a copy:
+ * its extent is unknown.  A standby's own pool holds nothing replay had not
+ * read, and replay reads only WAL durable in pg_wal, so the end of that WAL
+ * bounds it: checking that, a hot standby restarted onto this version does
+ * not answer from a pool ahead of replay (amr_lineage_replay_caught_up).
+ * A pool from another life stays undetected, as before the extent existed.
+ */
+static void
+extent_from_local_wal(AmrPoolHeader *hdr, const ControlFileData *cf)
+{
+	XLogRecPtr	end;
+	TimeLineID	end_tli;
+
+	if (!local_wal_end(cf, cf->checkPointCopy.redo, &end, &end_tli))
+		return;
+	ereport(LOG,
+			(errmsg("amrtree: pool \"%s\" does not record where in the WAL its contents come from; taking %X/%X, the end of the WAL in pg_wal",
+					amr_pool_path_display(), LSN_FORMAT_ARGS(end)),
+			 errdetail("A pool upgraded from format version 2 records it from its first change on.  A hot standby uses its amrtree indexes once replay passes %X/%X.",
+					   LSN_FORMAT_ARGS(end))));
+	hdr->wal_extent_tli = hdr->check_tli = end_tli;
+	hdr->wal_extent = hdr->check_extent = end;
+	persist_lineage(hdr);
+}
+
+/*
  * Postmaster, the pool just opened, before any process uses it: decide what
  * the control file and the timeline history files decide now, and leave the
  * rest to replay.  cf: the control file, NULL if its CRC is wrong (then
  * PostgreSQL refuses to start).  replay_from_copy: backup_label,
- * recovery.signal or standby.signal is present.
+ * recovery.signal or standby.signal is present.  upgraded: the pool was
+ * upgraded from format version 2 at this start.
  */
 void
-amr_lineage_at_open(const ControlFileData *cf, bool replay_from_copy)
+amr_lineage_at_open(const ControlFileData *cf, bool replay_from_copy, bool upgraded)
 {
 	AmrPoolHeader *hdr = amr_store.header;
 	TimeLineID	tli = hdr->check_tli != 0 ? hdr->check_tli : hdr->wal_extent_tli;
@@ -361,7 +400,12 @@ amr_lineage_at_open(const ControlFileData *cf, bool replay_from_copy)
 	TimeLineID	cf_tli;
 
 	if (tli == 0)
-		return;					/* a new pool, or one that recorded nothing */
+	{
+		/* a new pool, one that recorded nothing, or one just upgraded */
+		if (upgraded && replay_from_copy && cf != NULL)
+			extent_from_local_wal(hdr, cf);
+		return;
+	}
 	if (replay_from_copy)
 	{
 		if (hdr->check_tli == 0)

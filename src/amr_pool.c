@@ -52,6 +52,7 @@ static char pool_error_detail[1024];
 static char pool_error_hint[512];
 static char pool_media[128];
 static bool pool_created_at_start = false;
+static bool pool_upgraded_at_start = false; /* from format version 2 */
 static bool ssd_leaves_lost = false;
 
 /*
@@ -695,7 +696,19 @@ pool_open_or_create(void)
 			AmrPoolHeader *upgraded = pool_upgrade_v2(pool, path);
 
 			if (upgraded != NULL)
+			{
 				hdr = upgraded;
+				pool_upgraded_at_start = true;
+			}
+		}
+		else if (hdr->magic == AMR_POOL_MAGIC && hdr->format_version == AMR_FORMAT_VERSION &&
+				 AMR_FAULT_ACTIVE("upgrade:extent_unknown"))
+		{
+			/* a test's stand-in for that upgrade: what version 3 added, zero */
+			memset(&hdr->wal_extent_tli, 0, sizeof(AmrPoolHeader) - AMR_POOL_HEADER_V2_SIZE);
+			pmemobj_persist(pool, &hdr->wal_extent_tli,
+							sizeof(AmrPoolHeader) - AMR_POOL_HEADER_V2_SIZE);
+			pool_upgraded_at_start = true;
 		}
 		if (hdr->magic != AMR_POOL_MAGIC || hdr->format_version != AMR_FORMAT_VERSION ||
 			hdr->slot_size != AMR_SLOT_SIZE)
@@ -857,7 +870,7 @@ note_start(bool children_crashed)
 	if (children_crashed)
 		amr_lineage_at_crash_restart(crc_ok ? cf : NULL);
 	else
-		amr_lineage_at_open(crc_ok ? cf : NULL, pool_may_be_copy);
+		amr_lineage_at_open(crc_ok ? cf : NULL, pool_may_be_copy, pool_upgraded_at_start);
 	pfree(cf);
 }
 

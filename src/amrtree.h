@@ -379,7 +379,8 @@ extern bool amr_lineage_note(XLogRecPtr end, TimeLineID tli, bool replaying);
 extern void amr_lineage_after_unsynced_replay(AmrPoolHeader *hdr, XLogRecPtr from);
 
 /* Postmaster, pool opened: refuse a pool this data directory's WAL does not lead to. */
-extern void amr_lineage_at_open(const ControlFileData *cf, bool replay_from_copy);
+extern void amr_lineage_at_open(const ControlFileData *cf, bool replay_from_copy,
+								bool upgraded);
 
 /* Postmaster, restarting its children after a crash: the lost tail is not another life. */
 extern void amr_lineage_at_crash_restart(const ControlFileData *cf);

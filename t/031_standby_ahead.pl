@@ -15,8 +15,10 @@
 #
 # Then the same after an operating-system crash, which may keep pages the
 # file's header does not cover (writeback:reboot_lost_extent stands in for
-# it): the extent comes from the WAL in pg_wal, and a promotion afterwards
-# finds it reached.
+# it): the extent comes from the WAL in pg_wal.  And the same for a pool
+# upgraded from format version 2, which records no extent
+# (upgrade:extent_unknown stands in for the upgrade).  A promotion
+# afterwards finds the extents reached.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -124,7 +126,43 @@ is($standby->safe_psql('postgres', q{SELECT status FROM amrtree_index_stats('tri
 ($m, $i) = amrwal_parity($standby, 'trips');
 is($m, 0, "every strategy agrees with a sequential scan after the \"reboot\" ($i)");
 
-# the raised extent is WAL this data directory has: promotion keeps the pool
+# A standby restarted onto this version of amrtree: its pool, upgraded
+# from format version 2 at the start, records no extent, yet is as far
+# ahead of replay as after any restart.  upgrade:extent_unknown makes the
+# start zero the extent as that upgrade leaves it; the extent must come
+# from the WAL in pg_wal.
+$primary->safe_psql('postgres', 'CHECKPOINT');
+$primary->wait_for_catchup($standby);
+$standby->safe_psql('postgres', 'CHECKPOINT');
+my $rows3 = $primary->safe_psql('postgres', 'SELECT count(*) FROM trips');
+my $before3 = $primary->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
+$primary->safe_psql('postgres', 'DELETE FROM trips WHERE id % 5 = 0; VACUUM trips;');
+$primary->wait_for_catchup($standby);
+$standby->stop('immediate');
+$standby->append_conf('postgresql.conf',
+	"amrtree.fault_injection = 'upgrade:extent_unknown'\nrecovery_target_lsn = '$before3'\n");
+$log_from = -s $standby->logfile;
+$standby->start;
+ok($standby->poll_query_until('postgres', q{SELECT pg_get_wal_replay_pause_state() = 'paused'}),
+	'after the "upgrade", replay paused before the third DELETE');
+like(substr(slurp_file($standby->logfile), $log_from),
+	qr/does not record where in the WAL its contents come from; taking/,
+	'the extent of the "upgraded" pool is taken from the WAL in pg_wal');
+like(amrwal_query($standby, q{SELECT status FROM amrtree_index_stats('trips_b')}),
+	qr/amrtree indexes cannot be used until WAL replay reaches/,
+	'the index waits for replay to pass it');
+is($standby->safe_psql('postgres',
+		"SET enable_seqscan = off; SET enable_bitmapscan = off; SELECT count(*) FROM trips WHERE b && $window"),
+	$standby->safe_psql('postgres',
+		"SET enable_indexscan = off; SET enable_indexonlyscan = off; SET enable_bitmapscan = off; SELECT count(*) FROM trips WHERE b && $window"),
+	'a query that prefers the index returns every row');
+$standby->append_conf('postgresql.conf', "amrtree.fault_injection = ''\nrecovery_target_lsn = ''\n");
+$standby->restart;
+$primary->wait_for_catchup($standby);
+is($standby->safe_psql('postgres', q{SELECT status FROM amrtree_index_stats('trips_b')}), 'ok',
+	'past it, the index is used again');
+
+# the raised extents are WAL this data directory has: promotion keeps the pool
 $standby->promote;
 $standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
   or die 'the standby did not finish its promotion';
