@@ -122,6 +122,7 @@ static const char *const fault_pauses[] = {
 	"vacuum:after_marks_logged",	/* dead marks logged, not made */
 	"writeback:between_vxids",	/* the write-back worker holds no vxid */
 	"append:after_decision",	/* an append chose a delta, not yet logged */
+	"scan:before_ssd_read",		/* a scan read an SSD leaf's word, unlocked */
 	NULL
 };
 

@@ -379,6 +379,7 @@ amr_leaf_read_for_scan(Relation index, AmrTree *t, uint32 generation, uint32 lea
 	const AmrLeaf *img = buf;
 	uint64		word;
 
+retry:
 	*follow = AMR_INVALID_LEAF;
 	LWLockAcquire(amr_leaf_lock(leaf_id), LW_SHARED);
 	word = amr_lt_word(s, leaf_id);
@@ -406,6 +407,7 @@ amr_leaf_read_for_scan(Relation index, AmrTree *t, uint32 generation, uint32 lea
 		AmrLeaf    *ahead;
 
 		LWLockRelease(amr_leaf_lock(leaf_id));
+		AMR_FAULT_POINT("scan:before_ssd_read");	/* a pause, for t/032 */
 		ahead = read_ahead_image(ra, leaf_id, word);
 		if (ahead != NULL)
 		{
@@ -413,9 +415,16 @@ amr_leaf_read_for_scan(Relation index, AmrTree *t, uint32 generation, uint32 lea
 			amr_ssd_cache_put(t, leaf_id, word, ahead);
 			img = ahead;
 		}
-		else if (!read_ssd_image(index, t, leaf_id, word, buf) &&
-				 amr_leaf_read(index, t, leaf_id, buf, NULL, NULL) == 0)
-			return NULL;
+		else if (!read_ssd_image(index, t, leaf_id, word, buf))
+		{
+			/*
+			 * The leaf moved or was rewritten while the lock was not held.
+			 * Start over rather than read the new image alone: if it was a
+			 * split, its right link is what leads to the moved entries.
+			 */
+			CHECK_FOR_INTERRUPTS();
+			goto retry;
+		}
 	}
 	amr_leaf_count_access(leaf_id, false);
 	return img;
