@@ -555,19 +555,31 @@ tree_open(Relation index, bool missing_ok, AmrTreeUse *state)
 	}
 	t = &amr_store.trees[cache->tree_no];
 
-	/* WAL replay left its inner nodes to be packed at first use */
-	if (t->inner_stale)
-	{
-		LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
-		if (t->inner_stale)
-			amr_tree_rebuild_inner(t);
-		LWLockRelease(amr_tree_lock(t));
-	}
+	amr_tree_pack_if_stale(t);
 	/* on a standby placement is replay's business: nothing is written */
 	if (!RecoveryInProgress())
 		sync_placement(t, cache->budget_kind, cache->budget_value, cache->tiering);
 	*state = AMR_USE_OK;
 	return t;
+}
+
+/*
+ * WAL replay leaves a tree's inner nodes to be packed at its first use when
+ * it publishes leaves they do not hold (a build, a split it could not link,
+ * a leaf taken back): pack them now.  Every reader of inner nodes calls this
+ * before it reads them, and again whenever it finds them stale under its
+ * shared lock: replay may have done that after the tree was opened, and
+ * leaves missing from the inner nodes are missing from the scan.
+ */
+void
+amr_tree_pack_if_stale(AmrTree *t)
+{
+	if (!t->inner_stale)
+		return;
+	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+	if (t->inner_stale)
+		amr_tree_rebuild_inner(t);
+	LWLockRelease(amr_tree_lock(t));
 }
 
 AmrTree *

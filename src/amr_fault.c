@@ -104,6 +104,7 @@ static const char *const fault_conditions[] = {
 	"reconcile:fail",
 	"writeback:reboot_lost_extent",
 	"upgrade:extent_unknown",
+	"redo:split_unlinked",
 	NULL
 };
 

@@ -458,6 +458,33 @@ check_tree_unchanged(IndexScanDesc scan)
 						RelationGetRelationName(scan->indexRelation))));
 }
 
+/*
+ * Take the tree lock in shared mode to read the inner nodes of the tree the
+ * scan began on, packed: on a standby, WAL replay may have left them stale
+ * (amr_tree_pack_if_stale) since the scan opened the tree, and a leaf they
+ * do not hold would be missed.
+ */
+static void
+lock_tree_for_read(IndexScanDesc scan)
+{
+	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
+	AmrTree    *t = so->tree;
+
+	for (;;)
+	{
+		LWLockAcquire(amr_tree_lock(t), LW_SHARED);
+		if (t->generation != so->generation)
+		{
+			LWLockRelease(amr_tree_lock(t));
+			check_tree_unchanged(scan);
+		}
+		if (!t->inner_stale)
+			return;
+		LWLockRelease(amr_tree_lock(t));
+		amr_tree_pack_if_stale(t);
+	}
+}
+
 /* AmrVisitFn: predicate-lock an inner node before the search reads it. */
 static void
 lock_node_for_read(uint32 node_id, void *arg)
@@ -480,12 +507,7 @@ start_scan(IndexScanDesc scan)
 	if (so->no_match)
 		return;
 
-	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
-	if (t->generation != so->generation)
-	{
-		LWLockRelease(amr_tree_lock(t));
-		check_tree_unchanged(scan);
-	}
+	lock_tree_for_read(scan);
 	so->start_nsn = amr_sync_read(&t->nsn);
 	if (so->ordered)
 	{
@@ -848,12 +870,7 @@ collect_null_side(IndexScanDesc scan)
 	release_batch(so);
 	so->cand.n = 0;
 	so->cand_pos = 0;
-	LWLockAcquire(amr_tree_lock(t), LW_SHARED);
-	if (t->generation != so->generation)
-	{
-		LWLockRelease(amr_tree_lock(t));
-		check_tree_unchanged(scan);
-	}
+	lock_tree_for_read(scan);
 	so->start_nsn = amr_sync_read(&t->nsn);
 	amr_collect_leaves(&amr_store, t, true, NULL, 0, &so->cand, NULL, NULL,
 					   scan_realloc, so->scan_cxt);
@@ -974,14 +991,7 @@ knn_pop(IndexScanDesc scan, uint64 *payload, double *distance)
 
 		CHECK_FOR_INTERRUPTS();
 		if (locked)
-		{
-			LWLockAcquire(amr_tree_lock(t), LW_SHARED);
-			if (t->generation != so->generation)
-			{
-				LWLockRelease(amr_tree_lock(t));
-				check_tree_unchanged(scan);
-			}
-		}
+			lock_tree_for_read(scan);
 		step = amr_knn_next(&so->knn, &r);
 		if (locked)
 			LWLockRelease(amr_tree_lock(t));

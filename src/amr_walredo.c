@@ -935,7 +935,7 @@ redo_split(XLogReaderState *record)
 
 	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
 	/* the inner nodes take the new leaf if they exist and have room */
-	linked = !t->inner_stale &&
+	linked = !t->inner_stale && !AMR_FAULT_ACTIVE("redo:split_unlinked") &&
 		amr_find_leaf_path(s, t, nulls, x->leaf_id,
 						   &s->lt[x->leaf_id].mbr[AMR_WORD_VERSION(word) & 1], &path);
 	if (linked)

@@ -436,6 +436,9 @@ extern void amr_metapage_write(Relation index, ForkNumber fork, uint32 tree_no);
 /* The index's tree, or the "has no tree ... REINDEX" ERROR. */
 extern AmrTree *amr_tree_open(Relation index);
 
+/* Build t's inner nodes if WAL replay left them stale (no lock held on entry or exit). */
+extern void amr_tree_pack_if_stale(AmrTree *t);
+
 /* The index's tree, or NULL if it has none and missing_ok. */
 extern AmrTree *amr_tree_open_extended(Relation index, bool missing_ok);
 

@@ -17,6 +17,18 @@
 # read goes to the device.  Each kind of scan (bitmap, plain, index-only,
 # KNN) must return, in its REPEATABLE READ snapshot, exactly what a
 # sequential scan returns in the same snapshot.
+#
+# (b) On a hot standby, a scan that opened the tree before replay left its
+# inner nodes stale.  Replay publishes a split's right half in the Leaf
+# Table only when it cannot link it into the inner nodes, and marks them
+# to be packed at the tree's next use -- which was only the next open.  A
+# scan opened earlier and rescanned (a subplan or a nested loop's inner
+# side; a cursor's bitmap scan, which opens at the cursor's start)
+# collected its leaves from the stale nodes and missed the right half (24
+# rows of 73).  Now every read of the inner nodes packs them first if they
+# are stale.  The fault condition redo:split_unlinked makes replay take
+# that path.  A standby cursor runs a scan per probe: the first before the
+# primary splits the leaf, the second (a rescan, the window's) after.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -106,5 +118,78 @@ SELECT count(*) FROM amrtree_leaf_table('r_b') WHERE mbr && $window}),
 like(slurp_file($node->logfile), qr/paused at "scan:before_ssd_read"/,
 	'the pauses are in the log');
 is($node->safe_psql('postgres', q{SELECT amrtree_check('r_b')}), 't', 'amrtree_check');
+$node->stop;
+
+# ---- (b) a standby's replay leaves the inner nodes stale under an open scan
+my $primary = amr_node('stalep', init => { allows_streaming => 1 }, conf => "autovacuum = off\n");
+$primary->start;
+$primary->safe_psql('postgres', 'CREATE EXTENSION amrtree');
+$primary->backup('b');
+my $standby = amr_standby_own_pool($primary, 'b', 'stales');
+$standby->append_conf('postgresql.conf', "amrtree.fault_injection = 'redo:split_unlinked'\n");
+$standby->start;
+
+# Each query runs an amrtree scan per probe: the scan begins (and opens the
+# tree) for the first probe and is rescanned for the second, the window's.
+my $probes = qq{(VALUES (1, box '((2.5,-1),(2.6,1))', point '(2.9,0.0025)'),
+  (2, $window, point '(1.1013,0.0025)')) p(n, w, q)};
+my %nested = (
+	bitmap => [ 'enable_indexscan = off',
+		q{SELECT count(*) || ':' || sum(id) FROM r WHERE b && p.w} ],
+	plain => [ 'enable_bitmapscan = off',
+		q{SELECT string_agg(id::text, ',' ORDER BY id) FROM r WHERE b && p.w} ],
+	knn => [ 'enable_bitmapscan = off',
+		q{SELECT string_agg(id::text, ',') FROM (SELECT id FROM r ORDER BY b <-> p.q LIMIT 60) s} ],);
+for my $kind (sort keys %nested)
+{
+	my ($setting, $sub) = @{ $nested{$kind} };
+	my $query = "SELECT n || '=' || coalesce(($sub), '') FROM $probes";
+
+	$primary->safe_psql('postgres', q{
+DROP TABLE IF EXISTS r;
+CREATE TABLE r (id int, b box);
+INSERT INTO r SELECT g, box(point(g * 0.01, 0), point(g * 0.01 + 0.005, 0.005))
+FROM generate_series(0, 299) g;
+CREATE INDEX r_b ON r USING amrtree (b);
+VACUUM ANALYZE r;});
+	$primary->wait_for_catchup($standby);
+	# the first use packs the inner nodes of the replayed build
+	my ($with, $without) = amr_with_and_without_index($standby, 'postgres', $query);
+	is($with, $without, "standby, $kind: the index answers before the split");
+
+	# the first probe's scan runs before the split, the second's after it
+	my $scan = $standby->background_psql('postgres');
+	my $before = $scan->query_until(qr/first/, qq{
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SET LOCAL enable_indexscan = off;
+SET LOCAL enable_bitmapscan = off;
+SELECT 'seq' || x FROM ($query) s(x);
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_indexscan = on;
+SET LOCAL enable_bitmapscan = on;
+SET LOCAL $setting;
+DECLARE c CURSOR FOR SELECT 'index' || x FROM ($query) s(x);
+FETCH 1 FROM c;
+\\echo first
+});
+	$primary->safe_psql('postgres', q{
+INSERT INTO r SELECT 1000 + g, box(point(0.8 + g * 0.01, 0.001), point(0.8 + g * 0.01 + 0.002, 0.002))
+FROM generate_series(0, 19) g;});
+	$primary->wait_for_catchup($standby);
+	# (nothing here may open the index: that would pack the nodes)
+	my $out = $scan->query_until(qr/fetched/, "FETCH ALL FROM c;\n\\echo fetched\n");
+	$scan->query_safe('COMMIT');
+	$scan->quit;
+	cmp_ok($standby->safe_psql('postgres', qq{
+SELECT count(*) FROM amrtree_leaf_table('r_b') WHERE mbr && $window}),
+		'>', 1, "standby, $kind: the leaf split in replay");
+
+	my ($seq) = $before =~ /^seq2=(.*)$/m;
+	my ($index) = $out =~ /^index2=(.*)$/m;
+	ok(defined $seq && length $seq, "standby, $kind: the sequential scan answered") or diag $before;
+	is($index, $seq,
+		"standby, $kind: the scan rescanned after the split returns what the sequential scan returns");
+}
+is($standby->safe_psql('postgres', q{SELECT amrtree_check('r_b')}), 't', 'standby: amrtree_check');
 
 done_testing();

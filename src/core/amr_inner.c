@@ -138,6 +138,7 @@ amr_tree_free_nodes(AmrStore *s, AmrTree *t)
 	t->height = 0;
 	t->null_height = 0;
 	amr_counter_set(&t->ninner, 0);
+	__atomic_add_fetch(&t->inner_epoch, 1, __ATOMIC_RELEASE);
 }
 
 /* plain comparisons compile to minss/maxss; fminf/fmaxf would be calls */

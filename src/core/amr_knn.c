@@ -215,6 +215,7 @@ read_root(AmrKnnSearch *s)
 	uint32_t	root = s->tree->root;
 
 	s->inner_nodes_seen = __atomic_load_n(&s->tree->ninner, __ATOMIC_ACQUIRE);
+	s->inner_epoch_seen = __atomic_load_n(&s->tree->inner_epoch, __ATOMIC_ACQUIRE);
 	if (!s->tree_read)
 		s->split_base = __atomic_load_n(&s->tree->nsn, __ATOMIC_ACQUIRE);
 	s->tree_read = true;
@@ -266,7 +267,9 @@ sort_seqs(uint64_t *a, size_t n)
 
 /*
  * An inner node was split since the queued nodes were read: some of their
- * children may now hang below a sibling the queue does not know.  Start
+ * children may now hang below a sibling the queue does not know.  Or the
+ * nodes were packed again (a standby's replay left them stale): the queued
+ * node ids name freed nodes.  Start
  * over from the root; what was returned already is dropped as it is fed
  * again (see amr_knn_add_entry), which needs the seqs returned at the last
  * distance sorted.  Tree lock held.
@@ -376,8 +379,10 @@ amr_knn_next(AmrKnnSearch *s, AmrKnnResult *out)
 		AmrKnnItem	it;
 
 		if (is_node(top) &&
-			__atomic_load_n(&s->tree->ninner, __ATOMIC_ACQUIRE) !=
-			s->inner_nodes_seen)
+			(__atomic_load_n(&s->tree->ninner, __ATOMIC_ACQUIRE) !=
+			 s->inner_nodes_seen ||
+			 __atomic_load_n(&s->tree->inner_epoch, __ATOMIC_ACQUIRE) !=
+			 s->inner_epoch_seen))
 		{
 			restart_from_root(s);
 			continue;

@@ -55,11 +55,13 @@
  *	  under the old box).
  *	- An inner-node split moves children of a queued node to a new sibling
  *	  that the queue does not know about.  Inner nodes have no right links,
- *	  but they are only ever added (never freed while the tree exists), so
- *	  the tree's inner-node count detects it.  Returning entries stays
+ *	  but they are only added, so the tree's inner-node count detects it --
+ *	  except when they are all freed and packed again (a standby's tree
+ *	  whose replay left them stale), which the tree's inner_epoch counts:
+ *	  queued node ids then name freed nodes.  Returning entries stays
  *	  correct until that node is expanded (its bound still covers the moved
  *	  children), so the check is made before each expansion; when the count
- *	  changed, the search restarts from the root and drops every entry fed
+ *	  or the epoch changed, the search restarts from the root and drops every entry fed
  *	  again that was returned already: those closer than the last one
  *	  returned, and those at its distance whose seq it remembers (the seqs
  *	  returned at the current distance are kept for this).  So seq must
@@ -142,6 +144,7 @@ typedef struct AmrKnnSearch
 
 	bool		tree_read;		/* the root has been queued */
 	uint64_t	inner_nodes_seen;	/* AmrTree.ninner when nodes were read */
+	uint64_t	inner_epoch_seen;	/* AmrTree.inner_epoch then */
 	uint64_t	split_base;		/* AmrTree.nsn when the tree was first read */
 	uint64_t	next_order;		/* push counter for nodes and leaves */
 

@@ -113,6 +113,9 @@ typedef struct AmrTree
 	uint64_t	nentries;		/* atomic */
 	uint64_t	nleaves;		/* atomic */
 	uint64_t	ninner;			/* atomic */
+	uint64_t	inner_epoch;	/* atomic: bumped when the inner nodes are
+								 * freed (a repack), which ninner alone may
+								 * not show */
 	uint64_t	nsn;			/* atomic split counter (GiST's NSN idea) */
 	uint64_t	pinned;			/* atomic: leaf pins held by scans */
 	/* leaves per tier, maintained by the Leaf Table functions (atomic) */

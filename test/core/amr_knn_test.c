@@ -1114,6 +1114,81 @@ test_knn_restart_drops_returned(void)
 }
 
 /*
+ * The inner nodes packed again during a search, as a standby's first use
+ * of a tree does after replay left them stale (amr_tree_rebuild_inner):
+ * every node is freed and new levels are built from the Leaf Table, and
+ * the node count comes out where it was (a coincidence the test forces).
+ * The queued node ids then name freed nodes, some reused by the new levels;
+ * the tree's inner_epoch must make the search restart at its next
+ * expansion, and the search must return what brute force returns.
+ */
+static void
+repack_at_step_20(AmrTree *t, int step_no)
+{
+	AmrPackItem *items;
+	AmrPackItem *scratch;
+	uint32_t   *node_ids;
+	uint64_t	ninner = t->ninner;
+	uint64_t	word;
+	uint32_t	id;
+	size_t		n = 0;
+
+	if (step_no != 20)
+		return;
+	items = malloc(sizeof(AmrPackItem) * (T_SLOTS + 1));
+	scratch = malloc(sizeof(AmrPackItem) * (T_SLOTS + 1));
+	for (id = 0; amr_lt_next_of_tree(&st, t->tree_no, t->generation, &id, &word); id++)
+	{
+		items[n].box = amr_lt_mbr(&st, id, word);
+		items[n].ref = id;
+		n++;
+	}
+	node_ids = malloc(sizeof(uint32_t) * (amr_build_levels_nodes_needed(n, 56) + 1));
+	amr_tree_free_nodes(&st, t);
+	if (amr_build_levels(&st, t, false, items, n, 56, scratch, node_ids) != AMR_OK ||
+		amr_build_levels(&st, t, true, items, 0, 56, scratch, node_ids) != AMR_OK)
+		abort();
+	t->ninner = ninner;
+	free(node_ids);
+	free(scratch);
+	free(items);
+}
+
+static bool
+test_knn_repack_during_search(void)
+{
+	size_t		n = 20000;
+	Row		   *rows;
+	Ranked	   *expect = malloc(sizeof(Ranked) * n);
+	Ranked	   *got = malloc(sizeof(Ranked) * n);
+	AmrPoint	q = {0.4, 0.6};
+	AmrKnnSearch s;
+	AmrTree    *t;
+	size_t		nexpect;
+	KnnRun		run;
+	bool		ok;
+
+	store_init();
+	rows = make_rows(n, 0);
+	t = insert_rows(rows, n, 8);
+	CHECK(t->height >= 2, "the tree needs inner nodes below its root");
+	nexpect = brute_force(rows, n, UINT32_MAX, DIST_BOX_POINT, &q, expect);
+	amr_knn_init(&s, test_realloc, NULL);
+	ok = run_knn(&s, t, &q, SIZE_MAX, DIST_BOX_POINT, UINT32_MAX, repack_at_step_20, got, n,
+				 &run) &&
+		same_ranking(got, run.n, expect, nexpect, SIZE_MAX, &q);
+	CHECK(!ok || s.restarts == 1, "%llu restarts after one repack",
+		  (unsigned long long) s.restarts);
+	free(s.heap);
+	free(s.ties);
+	free(expect);
+	free(got);
+	free(rows);
+	store_free();
+	return ok;
+}
+
+/*
  * Entries fed under bounds and refined at the head of the queue (the box_ops
  * path of amr_scan.c) give the same answers as entries fed with their
  * distances: on inserted and packed trees, with splits during the search,
@@ -1149,6 +1224,7 @@ main(void)
 		{"knn_recheck_flag_carried", test_knn_recheck_flag},
 		{"knn_splits_during_search", test_knn_concurrent_splits},
 		{"knn_restart_drops_what_was_returned", test_knn_restart_drops_returned},
+		{"knn_repack_during_search_restarts", test_knn_repack_during_search},
 		{"knn_entries_fed_under_bounds", test_knn_bounds},
 	};
 
