@@ -543,6 +543,9 @@ amrtree_check(PG_FUNCTION_ARGS)
 			pool_checked = true;
 		}
 		LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+		/* a standby's replay may have left them to be packed since the open */
+		if (t->inner_stale)
+			amr_tree_rebuild_inner(t);
 		problem = amr_check_tree(&amr_store, t, seen, buf, sizeof(buf));
 		if (problem != NULL)
 		{
