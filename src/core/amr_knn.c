@@ -269,10 +269,9 @@ sort_seqs(uint64_t *a, size_t n)
  * An inner node was split since the queued nodes were read: some of their
  * children may now hang below a sibling the queue does not know.  Or the
  * nodes were packed again (a standby's replay left them stale): the queued
- * node ids name freed nodes.  Start
- * over from the root; what was returned already is dropped as it is fed
- * again (see amr_knn_add_entry), which needs the seqs returned at the last
- * distance sorted.  Tree lock held.
+ * node ids name freed nodes.  Start over from the root; what was returned
+ * already is dropped as it is fed again (see amr_knn_add_entry), which
+ * needs the seqs returned at the last distance sorted.  Tree lock held.
  */
 static void
 restart_from_root(AmrKnnSearch *s)

@@ -61,13 +61,13 @@
  *	  queued node ids then name freed nodes.  Returning entries stays
  *	  correct until that node is expanded (its bound still covers the moved
  *	  children), so the check is made before each expansion; when the count
- *	  or the epoch changed, the search restarts from the root and drops every entry fed
- *	  again that was returned already: those closer than the last one
- *	  returned, and those at its distance whose seq it remembers (the seqs
- *	  returned at the current distance are kept for this).  So seq must
- *	  identify the entry (e.g. its heap TID), not the order it was fed in.
- *	  Splits of the NULL side also change the count; the restart is then
- *	  merely unnecessary.
+ *	  or the epoch changed, the search restarts from the root and drops
+ *	  every entry fed again that was returned already: those closer than
+ *	  the last one returned, and those at its distance whose seq it
+ *	  remembers (the seqs returned at the current distance are kept for
+ *	  this).  So seq must identify the entry (e.g. its heap TID), not the
+ *	  order it was fed in.  Splits of the NULL side also change the count;
+ *	  the restart is then merely unnecessary.
  *
  * Memory: the queue (24 bytes an item) and the seqs returned at the current
  * distance (8 bytes each), through realloc_fn, kept across amr_knn_begin so
