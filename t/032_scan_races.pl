@@ -1,4 +1,6 @@
-# A scan reading an SSD leaf that splits while the scan holds no lock.
+# Scans racing changes to the leaves they read.
+#
+# (a) A scan reading an SSD leaf that splits while the scan holds no lock.
 #
 # A scan reads a leaf's Leaf Table word and split links under the leaf's
 # lock, and an SSD image after releasing it (the device read must not hold
