@@ -566,10 +566,12 @@ tree_open(Relation index, bool missing_ok, AmrTreeUse *state)
 /*
  * WAL replay leaves a tree's inner nodes to be packed at its first use when
  * it publishes leaves they do not hold (a build, a split it could not link,
- * a leaf taken back): pack them now.  Every reader of inner nodes calls this
- * before it reads them, and again whenever it finds them stale under its
- * shared lock: replay may have done that after the tree was opened, and
- * leaves missing from the inner nodes are missing from the scan.
+ * a leaf taken back): pack them now.  amr_tree_open calls this, and scans
+ * call it again whenever they find the nodes stale under their shared lock
+ * (amr_scan.c, lock_tree_for_read): replay may have done that after the
+ * tree was opened, and leaves missing from the inner nodes are missing from
+ * the scan.  (amrtree_check packs under the exclusive lock it already holds;
+ * the planner's leaf count may read stale nodes, which only skews it.)
  */
 void
 amr_tree_pack_if_stale(AmrTree *t)
