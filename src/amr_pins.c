@@ -13,17 +13,47 @@
  * are gone (docs/design.md, "Concurrency").  Plain MVCC scans and bitmap
  * scans need no pin: a reused TID is invisible to them.
  *
+ * On a hot standby, replay removes the entries and the heap records that
+ * follow mark the page all-visible, so replay waits for the pins the same
+ * way (amr_redo_wait_for_unpin).  It cannot wait forever: past
+ * max_standby_streaming_delay (or max_standby_archive_delay) it cancels
+ * the transactions holding them, as PostgreSQL resolves a conflict with a
+ * buffer pin.  To find them it keeps, per PGPROC, the number of pins and
+ * the ids of a few pinned leaves (AmrPinHolder), written by the owner only.
+ *
  * ("Pin" means only this; the DRAM copies of rule R6 are "holds".)
  *
  *-------------------------------------------------------------------------
  */
 #include "amrtree.h"
 
+#include "access/twophase.h"
 #include "access/xact.h"
+#include "access/xlogrecovery.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
+#include "storage/standby.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 #include "utils/wait_event.h"
+
+/*
+ * Leaves named per holder.  An index-only scan pins one leaf at a time; an
+ * ordered one all it read, and a backend may run several scans.  A holder
+ * with more pins than named leaves may hold any leaf.
+ */
+#define AMR_PIN_HOLDER_LEAVES 7
+
+typedef struct AmrPinHolder
+{
+	pg_atomic_uint32 npins;		/* pins held; raised after a leaf is named,
+								 * lowered before its name is cleared */
+	pg_atomic_uint32 leaf_plus_one[AMR_PIN_HOLDER_LEAVES];	/* 0: none */
+} AmrPinHolder;
+
+static AmrPinHolder *pin_holders = NULL;
 
 typedef struct LocalPin
 {
@@ -35,6 +65,81 @@ typedef struct LocalPin
 static LocalPin *local_pins = NULL;
 static int	n_local_pins = 0;
 static int	max_local_pins = 0;
+
+/* Every PGPROC may hold pins: backends, parallel workers. */
+static uint32
+pin_holder_count(void)
+{
+	return (uint32) (MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts);
+}
+
+Size
+amr_pins_shmem_size(void)
+{
+	return mul_size(pin_holder_count(), sizeof(AmrPinHolder));
+}
+
+void
+amr_pins_shmem_attach(char *base, bool init)
+{
+	uint32		i;
+	int			j;
+
+	pin_holders = (AmrPinHolder *) base;
+	if (!init)
+		return;
+	for (i = 0; i < pin_holder_count(); i++)
+	{
+		pg_atomic_init_u32(&pin_holders[i].npins, 0);
+		for (j = 0; j < AMR_PIN_HOLDER_LEAVES; j++)
+			pg_atomic_init_u32(&pin_holders[i].leaf_plus_one[j], 0);
+	}
+}
+
+static AmrPinHolder *
+my_pin_holder(void)
+{
+	if (pin_holders == NULL || MyProc == NULL ||
+		MyProc->pgprocno < 0 || (uint32) MyProc->pgprocno >= pin_holder_count())
+		return NULL;
+	return &pin_holders[MyProc->pgprocno];
+}
+
+/* Name the leaf in this backend's holder (if a place is free), then count it. */
+static void
+holder_add(uint32 leaf_id)
+{
+	AmrPinHolder *h = my_pin_holder();
+	int			j;
+
+	if (h == NULL)
+		return;
+	for (j = 0; j < AMR_PIN_HOLDER_LEAVES; j++)
+		if (pg_atomic_read_u32(&h->leaf_plus_one[j]) == 0)
+		{
+			pg_atomic_write_u32(&h->leaf_plus_one[j], leaf_id + 1);
+			break;
+		}
+	pg_atomic_fetch_add_u32(&h->npins, 1);
+}
+
+/* Uncount the pin, then clear one place naming the leaf. */
+static void
+holder_remove(uint32 leaf_id)
+{
+	AmrPinHolder *h = my_pin_holder();
+	int			j;
+
+	if (h == NULL)
+		return;
+	pg_atomic_fetch_sub_u32(&h->npins, 1);
+	for (j = 0; j < AMR_PIN_HOLDER_LEAVES; j++)
+		if (pg_atomic_read_u32(&h->leaf_plus_one[j]) == leaf_id + 1)
+		{
+			pg_atomic_write_u32(&h->leaf_plus_one[j], 0);
+			break;
+		}
+}
 
 void
 amr_pin_leaf(AmrTree *t, uint32 leaf_id)
@@ -53,6 +158,7 @@ amr_pin_leaf(AmrTree *t, uint32 leaf_id)
 	local_pins[n_local_pins].leaf_id = leaf_id;
 	local_pins[n_local_pins].subid = GetCurrentSubTransactionId();
 	n_local_pins++;
+	holder_add(leaf_id);
 	amr_sync_add(&amr_store.leaves[leaf_id].pins, 1);
 	amr_sync_add(&t->pinned, 1);
 }
@@ -64,6 +170,7 @@ drop_pin(int i)
 
 	amr_sync_sub(&amr_store.leaves[p.leaf_id].pins, 1);
 	amr_sync_sub(&amr_store.trees[p.tree_no].pinned, 1);
+	holder_remove(p.leaf_id);
 	local_pins[i] = local_pins[--n_local_pins];
 }
 
@@ -109,6 +216,104 @@ amr_wait_for_unpin(AmrTree *t, uint32 leaf_id)
 						 1L, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+}
+
+/*
+ * The end of the wait replay may make for standby scans: when the WAL now
+ * being replayed was received plus the standby delay that applies to it;
+ * 0 if it waits without limit (a delay of -1).
+ */
+static TimestampTz
+standby_wait_limit(void)
+{
+	TimestampTz received;
+	bool		from_stream;
+	int			delay_ms;
+
+	GetXLogReceiptTime(&received, &from_stream);
+	delay_ms = from_stream ? max_standby_streaming_delay : max_standby_archive_delay;
+	if (delay_ms < 0)
+		return 0;
+	return TimestampTzPlusMilliseconds(received, delay_ms);
+}
+
+/*
+ * Cancel the transactions that may hold a pin on the leaf: those naming it,
+ * and those holding more pins than they name.
+ */
+static void
+cancel_pin_holders(uint32 leaf_id)
+{
+	VirtualTransactionId *victims;
+	int			nvictims = 0;
+	uint32		i;
+	int			j;
+
+	victims = palloc(sizeof(VirtualTransactionId) * pin_holder_count());
+	LWLockAcquire(ProcArrayLock, LW_SHARED);
+	for (i = 0; i < pin_holder_count(); i++)
+	{
+		AmrPinHolder *h = &pin_holders[i];
+		uint32		npins = pg_atomic_read_u32(&h->npins);
+		uint32		named = 0;
+		bool		names_it = false;
+
+		if (npins == 0)
+			continue;
+		for (j = 0; j < AMR_PIN_HOLDER_LEAVES; j++)
+		{
+			uint32		v = pg_atomic_read_u32(&h->leaf_plus_one[j]);
+
+			named += v != 0;
+			names_it |= v == leaf_id + 1;
+		}
+		if (names_it || npins > named)
+		{
+			GET_VXID_FROM_PGPROC(victims[nvictims], ProcGlobal->allProcs[i]);
+			if (VirtualTransactionIdIsValid(victims[nvictims]))
+				nvictims++;
+		}
+	}
+	LWLockRelease(ProcArrayLock);
+	for (j = 0; j < nvictims; j++)
+		(void) CancelVirtualTransaction(victims[j], PROCSIG_RECOVERY_CONFLICT_SNAPSHOT);
+	pfree(victims);
+}
+
+void
+amr_redo_wait_for_unpin(uint32 leaf_id)
+{
+	TimestampTz start;
+	TimestampTz limit;
+	bool		logged = false;
+
+	if (amr_sync_read(&amr_store.leaves[leaf_id].pins) == 0)
+		return;
+	start = GetCurrentTimestamp();
+	limit = standby_wait_limit();
+	while (amr_sync_read(&amr_store.leaves[leaf_id].pins) > 0)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		long		sleep_ms = 1;
+
+		if (log_recovery_conflict_waits && !logged &&
+			TimestampDifferenceExceeds(start, now, DeadlockTimeout))
+		{
+			LogRecoveryConflict(PROCSIG_RECOVERY_CONFLICT_SNAPSHOT, start, now, NULL, true);
+			logged = true;
+		}
+		if (limit != 0 && now >= limit)
+		{
+			cancel_pin_holders(leaf_id);
+			sleep_ms = 5;		/* give them time to go, as core does */
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sleep_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+	if (logged)
+		LogRecoveryConflict(PROCSIG_RECOVERY_CONFLICT_SNAPSHOT, start, GetCurrentTimestamp(),
+							NULL, false);
 }
 
 static void

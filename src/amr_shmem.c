@@ -49,6 +49,7 @@ typedef struct AmrShmemLayout
 	uint32		ncache;
 	Size		off_ssd_cache;
 	Size		off_writeback;
+	Size		off_pins;
 	uint32		nssd_cache;
 } AmrShmemLayout;
 
@@ -94,6 +95,11 @@ compute_layout(AmrShmemLayout *l)
 	off = CACHELINEALIGN(off);
 	l->off_writeback = off;
 	off += amr_wb_shmem_size();
+
+	/* who holds scan pins (amr_pins.c) */
+	off = CACHELINEALIGN(off);
+	l->off_pins = off;
+	off += amr_pins_shmem_size();
 
 	/* inner nodes: amrtree.dram_size */
 	node_bytes = amr_pool_ready() ? (Size) amr_dram_size_kb * 1024 : 0;
@@ -148,6 +154,7 @@ amr_shmem_startup(void)
 	amr_leaf_cache_n = layout.ncache;
 	amr_ssd_cache_attach(base + layout.off_ssd_cache, layout.nssd_cache, !found);
 	amr_wb_shmem_attach(base + layout.off_writeback, !found);
+	amr_pins_shmem_attach(base + layout.off_pins, !found);
 	amr_store.leaf_ids_used = (AmrBitmap *) (base + layout.off_ids_bitmap);
 	amr_store.nodes_used = (AmrBitmap *) (base + layout.off_nodes_bitmap);
 	amr_store.nodes = (AmrInnerNode *) (base + layout.off_nodes);

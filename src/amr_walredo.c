@@ -533,6 +533,53 @@ redo_full_image_in_place(AmrTree *t, const xl_amr_image *h, const char *entries,
 	}
 }
 
+/*
+ * Whether a new image of a leaf drops an entry that a standby scan may be
+ * returning from its old image: a live entry of old whose heap tuple no
+ * live entry of img points to.
+ */
+static bool
+drops_live_entry(const AmrLeaf *old, const AmrLeaf *img)
+{
+	int			i;
+	int			j;
+
+	for (i = 0; i < (int) old->hdr.nentries; i++)
+	{
+		const AmrLeafEntry *o = &old->entries[i];
+
+		if (o->flags & AMR_ENTRY_FLAG_DEAD)
+			continue;
+		for (j = 0; j < (int) img->hdr.nentries; j++)
+		{
+			const AmrLeafEntry *n = &img->entries[j];
+
+			if (!(n->flags & AMR_ENTRY_FLAG_DEAD) &&
+				n->tid_blk_hi == o->tid_blk_hi && n->tid_blk_lo == o->tid_blk_lo &&
+				n->tid_off == o->tid_off)
+				break;
+		}
+		if (j == (int) img->hdr.nentries)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Hot standby: a change that may remove entries (a rewrite, a whole image
+ * that may carry dead marks) must not leave an index-only scan returning a
+ * removed entry once the heap records that follow mark its page
+ * all-visible; replay waits for the scans that pin the leaf, as VACUUM
+ * does on the primary (amr_pins.c).  The old image is read only while the
+ * leaf is pinned; a pin that appears between that look and the switch is
+ * waited for without knowing whether anything was dropped.
+ */
+static bool
+image_may_drop_entries(AmrImageKind kind)
+{
+	return kind == AMR_IMAGE_FULL || kind == AMR_IMAGE_REWRITE || kind == AMR_IMAGE_RESYNC;
+}
+
 static void
 redo_images(XLogReaderState *record)
 {
@@ -549,6 +596,7 @@ redo_images(XLogReaderState *record)
 	{
 		xl_amr_image h;
 		AmrLeaf    *img = redo_buf[0];
+		AmrLeaf    *old;
 
 		memcpy(&h, data + off, sizeof(h));
 		off += sizeof(h);
@@ -577,9 +625,20 @@ redo_images(XLogReaderState *record)
 		off += (Size) h.nentries * sizeof(AmrLeafEntry);
 		if (h.fresh_pos != AMR_NO_FRESH_ENTRY && h.fresh_pos < h.nentries)
 			img->entries[h.fresh_pos].insert_lsn = record->EndRecPtr;
+		old = NULL;
+		if (image_may_drop_entries(x->kind) &&
+			amr_sync_read(&amr_store.leaves[h.leaf_id].pins) > 0 &&
+			amr_lt_owned_by(&amr_store, h.leaf_id, amr_lt_word(&amr_store, h.leaf_id),
+							t->tree_no, t->generation) &&
+			amr_leaf_read(NULL, t, h.leaf_id, redo_buf[1], NULL, NULL) != 0)
+			old = redo_buf[1];
 		put_leaf(t, h.leaf_id, img, x->kind != AMR_IMAGE_BUILD);
 		if (amr_store.tree_records[t->tree_no].flags & AMR_TREE_FLAG_BROKEN)
 			return;
+		if (image_may_drop_entries(x->kind) &&
+			amr_sync_read(&amr_store.leaves[h.leaf_id].pins) > 0 &&
+			(old == NULL || drops_live_entry(old, img)))
+			amr_redo_wait_for_unpin(h.leaf_id);
 	}
 }
 
@@ -835,6 +894,8 @@ redo_mark_dead(XLogReaderState *record)
 		already_has(t, x->leaf_id, x->version, false) || awaits_image(t, x->leaf_id))
 		return;
 	apply_dead_marks(t, x->leaf_id, pos, x->npos, record->EndRecPtr);
+	/* a scan returning them must be done before the heap's VACUUM replays */
+	amr_redo_wait_for_unpin(x->leaf_id);
 }
 
 /*

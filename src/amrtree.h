@@ -547,8 +547,18 @@ extern void amr_unpin_leaf(AmrTree *t, uint32 leaf_id);
 /* Wait until no scan pins the leaf (VACUUM, after removing entries). */
 extern void amr_wait_for_unpin(AmrTree *t, uint32 leaf_id);
 
+/*
+ * Replay, after removing entries from a leaf or marking them dead: wait for
+ * the hot-standby scans pinning it, cancelling them past the standby delay.
+ */
+extern void amr_redo_wait_for_unpin(uint32 leaf_id);
+
 /* At preload: pins are released when their (sub)transaction ends. */
 extern void amr_pins_register_callbacks(void);
+
+/* Shared memory for who holds pins (one entry per PGPROC). */
+extern Size amr_pins_shmem_size(void);
+extern void amr_pins_shmem_attach(char *base, bool init);
 
 /* ---- tier manager (amr_tier.c) ---- */
 /* Take the tier lock of a tree (interruptible wait); see amr_tier.c. */

@@ -31,6 +31,9 @@
 # are stale.  The fault condition redo:split_unlinked makes replay take
 # that path.  A standby cursor runs a scan per probe: the first before the
 # primary splits the leaf, the second (a rescan, the window's) after.
+#
+# (c) On a hot standby, replay of VACUUM under an index-only scan that is
+# returning the leaf's entries (see the part's own comment below).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -193,5 +196,109 @@ SELECT count(*) FROM amrtree_leaf_table('r_b') WHERE mbr && $window}),
 		"standby, $kind: the scan rescanned after the split returns what the sequential scan returns");
 }
 is($standby->safe_psql('postgres', q{SELECT amrtree_check('r_b')}), 't', 'standby: amrtree_check');
+
+# ---- (c) replay removing entries a standby's index-only scan is returning
+#
+# An index-only scan trusts the visibility map.  On the primary, VACUUM
+# waits for the scans that pin a leaf it removed entries from before the
+# heap is vacuumed and the page marked all-visible.  Replay did not: an
+# index-only scan on the standby that had read the leaf went on, after
+# replay of the heap records, to return the removed entries' rows as
+# visible (all 60 where its snapshot sees 45).  Now replay waits for the
+# pin too -- for as long as max_standby_streaming_delay allows, then it
+# cancels the scan's transaction as a recovery conflict.
+my $vwin = q{box '((-1,-1),(10,10))'};
+my $rows = "SELECT b::text FROM v WHERE b && $vwin";
+my $ios_settings = "SET enable_seqscan = off;\nSET enable_bitmapscan = off;\n";
+for my $delay ('-1', '1s')
+{
+	$standby->append_conf('postgresql.conf', qq{
+max_standby_streaming_delay = $delay
+log_recovery_conflict_waits = on
+deadlock_timeout = 100ms
+});
+	$standby->reload;
+	# 60 rows in one leaf, over a few heap pages; every other row deleted
+	# except on the first page, which stays all-visible: the scan returns
+	# its first row without reading the heap, so it holds no heap buffer pin
+	# (replay of the pruning would wait for that, as core's conflict)
+	$primary->safe_psql('postgres', q{
+DROP TABLE IF EXISTS v;
+CREATE TABLE v (id int, b box, pad text) WITH (autovacuum_enabled = off);
+INSERT INTO v SELECT g, box(point(g * 0.01, 0), point(g * 0.01 + 0.005, 0.005)),
+  repeat('x', 400) FROM generate_series(0, 59) g;
+CREATE INDEX v_b ON v USING amrtree (b);
+VACUUM ANALYZE v;
+DELETE FROM v WHERE id % 2 = 1 AND (ctid::text::point)[0] > 0;});
+	my $live = $primary->safe_psql('postgres', 'SELECT count(*) FROM v');
+	cmp_ok($live, '<', 50, "delay $delay: rows are deleted on the later heap pages");
+	$primary->wait_for_catchup($standby);
+	like($standby->safe_psql('postgres', "${ios_settings}EXPLAIN (COSTS OFF) $rows"),
+		qr/Index Only Scan using v_b/, "standby, delay $delay: the query is an index-only scan");
+
+	my $scan = $standby->background_psql('postgres', on_error_stop => 0);
+	my $before = $scan->query_until(qr/first/, qq{
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SET LOCAL enable_indexscan = off;
+SET LOCAL enable_bitmapscan = off;
+SELECT 'seq=' || string_agg(b, ' ' ORDER BY b COLLATE "C") FROM ($rows) s(b);
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_indexscan = on;
+DECLARE c CURSOR FOR SELECT 'row=' || b FROM ($rows) s(b);
+FETCH 1 FROM c;
+\\echo first
+});
+	my ($seq) = $before =~ /^seq=(.*)$/m;
+	is(scalar(split / /, $seq // ''), $live, "standby, delay $delay: the snapshot sees the live rows");
+	like($before, qr/^row=\(0\.005,0\.005\),\(0,0\)$/m,
+		"standby, delay $delay: the scan returned the first page's first row");
+	my $conflicts = $standby->safe_psql('postgres',
+		q{SELECT confl_snapshot FROM pg_stat_database_conflicts WHERE datname = 'postgres'});
+	my $log_offset = -s $standby->logfile;
+
+	# the scan holds the leaf's 60 entries; VACUUM removes the deleted ones
+	$primary->safe_psql('postgres', 'VACUUM (INDEX_CLEANUP ON) v');
+	my $vacuumed = $primary->lsn('insert');
+	if ($delay eq '-1')
+	{
+		# (at most 30 s, so that the session outlives a failure)
+		my ($startup_wait, $tries) = ('', 0);
+		until ($startup_wait eq 'Extension' || $tries++ > 300)
+		{
+			usleep(100_000);
+			$startup_wait = $standby->safe_psql('postgres',
+				q{SELECT wait_event FROM pg_stat_activity WHERE backend_type = 'startup'});
+		}
+		is($startup_wait, 'Extension', 'standby: replay waits for the index-only scan');
+		is($standby->safe_psql('postgres', "SELECT pg_last_wal_replay_lsn() < '$vacuumed'"),
+			't', 'standby: replay has not reached the end of the VACUUM');
+		my $out = $scan->query_until(qr/fetched/, "FETCH ALL FROM c;\n\\echo fetched\n");
+		$scan->query_safe('COMMIT');
+		$scan->quit;
+		my @index = sort(map { /^row=(.*)$/ ? ($1) : () } split /\n/, $before . "\n" . $out);
+		is(join(' ', @index), $seq,
+			'standby: the index-only scan returns what the sequential scan returns in its snapshot');
+		$primary->wait_for_catchup($standby);
+		pass('standby: replay goes on once the scan is done');
+	}
+	else
+	{
+		# the scan's session is idle in its transaction: replay cancels it
+		$primary->wait_for_catchup($standby);
+		pass("standby, delay $delay: replay went on");
+		$scan->quit;
+		cmp_ok($standby->safe_psql('postgres',
+				q{SELECT confl_snapshot FROM pg_stat_database_conflicts WHERE datname = 'postgres'}),
+			'>', $conflicts, "standby, delay $delay: the scan was cancelled as a recovery conflict");
+		my $log = slurp_file($standby->logfile, $log_offset);
+		like($log, qr/terminating connection due to conflict with recovery/,
+			"standby, delay $delay: the scan's session was told why");
+		like($log, qr/recovery still waiting after .* recovery conflict on snapshot/,
+			"standby, delay $delay: log_recovery_conflict_waits reports the wait");
+	}
+	my ($with, $without) = amr_with_and_without_index($standby, 'postgres',
+		"SELECT string_agg(b, ' ' ORDER BY b COLLATE \"C\") FROM ($rows) s(b)");
+	is($with, $without, "standby, delay $delay: the index answers after replay");
+}
 
 done_testing();
