@@ -171,10 +171,11 @@ run_tap() {
 	if [ ${#files[@]} -eq 0 ]; then
 		mapfile -t files < <(cd "$WORK/src" && ls t/*.pl)
 	fi
-	local f status
+	local f status started
 	mkdir -p "$PG_TEST_PORT_DIR" && chmod 1777 "$PG_TEST_PORT_DIR" 2>/dev/null || true
 	for f in "${files[@]}"; do
 		f="t/$(basename "$f")"
+		started=$SECONDS
 		as_pg "$WORK/src" env PATH="$PG_BIN:$PATH" TESTDIR="$WORK/tap" \
 			PG_TEST_PORT_DIR="$PG_TEST_PORT_DIR" \
 			PG_REGRESS="$PG_PGXS/src/test/regress/pg_regress" \
@@ -183,6 +184,7 @@ run_tap() {
 			> "$WORK/tap/$(basename "$f").out" 2>&1 && status=ok || status=fail
 		grep -E '^(ok|not ok|#)|Result:|Failed|Dubious' "$WORK/tap/$(basename "$f").out" | grep -v '^# Looks' | tail -40 || true
 		record "tap/$(basename "$f")" "$status"
+		echo "    $f: $status in $((SECONDS - started)) s"
 		if [ "$status" != ok ]; then
 			echo "--- server logs of $f:"
 			tail -n 40 "$WORK"/tap/tmp_check/log/*"$(basename "$f" .pl)"*.log 2>/dev/null || true
