@@ -1,5 +1,5 @@
 # Concurrency under load: pgbench clients inserting, deleting and running
-# range queries (index, bitmap and index-only scans) for a minute while
+# range queries (index, bitmap and index-only scans) for 45 seconds while
 # another session vacuums in a loop.  Afterwards the index agrees with a
 # sequential scan for every strategy and amrtree_check holds.
 use strict;
@@ -11,7 +11,7 @@ use Test::More;
 use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
 use AmrTree;
 
-my $duration = $ENV{AMR_PGBENCH_SECONDS} || 60;
+my $duration = $ENV{AMR_PGBENCH_SECONDS} || 45;
 my $node = amr_node('pgbench', conf => "max_connections = 30\nautovacuum = off\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION amrtree');

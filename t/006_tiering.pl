@@ -12,7 +12,7 @@ use Test::More;
 use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
 use AmrTree;
 
-my $rows = $ENV{AMR_SWEEP_ROWS} || 100000;
+my $rows = $ENV{AMR_SWEEP_ROWS} || 60000;
 # An SSD cache of 32 leaves, far smaller than the SSD tier: its copies are
 # evicted and refilled all the time, so every parity check below also checks
 # that a recycled copy is never taken for the leaf it no longer holds.

@@ -43,7 +43,7 @@ sub worker_pid
 }
 
 my $partial = 0;
-my @delays_ms = (15, 40, 70, 25, 55, 100, 10, 35);
+my @delays_ms = (15, 40, 70, 25, 55, 100);
 my $rounds = scalar @delays_ms;
 my $target = 0;
 for my $round (1 .. $rounds)
