@@ -239,7 +239,8 @@ standby_wait_limit(void)
 
 /*
  * Cancel the transactions that may hold a pin on the leaf: those naming it,
- * and those holding more pins than they name.
+ * and those holding more pins than they name (AMR_INVALID_LEAF: all that
+ * hold pins).
  */
 static void
 cancel_pin_holders(uint32 leaf_id)
@@ -267,7 +268,7 @@ cancel_pin_holders(uint32 leaf_id)
 			named += v != 0;
 			names_it |= v == leaf_id + 1;
 		}
-		if (names_it || npins > named)
+		if (leaf_id == AMR_INVALID_LEAF || names_it || npins > named)
 		{
 			GET_VXID_FROM_PGPROC(victims[nvictims], ProcGlobal->allProcs[i]);
 			if (VirtualTransactionIdIsValid(victims[nvictims]))
@@ -280,29 +281,47 @@ cancel_pin_holders(uint32 leaf_id)
 	pfree(victims);
 }
 
-void
-amr_redo_wait_for_unpin(uint32 leaf_id)
+/* A wait of replay for standby scans: when it began, its limit, whether logged. */
+typedef struct RedoPinWait
 {
 	TimestampTz start;
 	TimestampTz limit;
-	bool		logged = false;
+	bool		logged;
+} RedoPinWait;
 
-	if (amr_sync_read(&amr_store.leaves[leaf_id].pins) == 0)
-		return;
-	start = GetCurrentTimestamp();
-	limit = standby_wait_limit();
-	while (amr_sync_read(&amr_store.leaves[leaf_id].pins) > 0)
+/* Pins on a leaf of t, or on any leaf of t (leaf_id AMR_INVALID_LEAF). */
+static uint64
+pins_held(AmrTree *t, uint32 leaf_id)
+{
+	if (leaf_id == AMR_INVALID_LEAF)
+		return amr_sync_read(&t->pinned);
+	return amr_sync_read(&amr_store.leaves[leaf_id].pins);
+}
+
+/*
+ * Wait until no scan pins the leaf of t (or, leaf_id AMR_INVALID_LEAF, any
+ * leaf of t: then every holder of pins is cancelled past the limit).
+ */
+static void
+redo_wait_for_zero(AmrTree *t, uint32 leaf_id, RedoPinWait *w)
+{
+	while (pins_held(t, leaf_id) > 0)
 	{
 		TimestampTz now = GetCurrentTimestamp();
 		long		sleep_ms = 1;
 
-		if (log_recovery_conflict_waits && !logged &&
-			TimestampDifferenceExceeds(start, now, DeadlockTimeout))
+		if (w->start == 0)
 		{
-			LogRecoveryConflict(PROCSIG_RECOVERY_CONFLICT_SNAPSHOT, start, now, NULL, true);
-			logged = true;
+			w->start = now;
+			w->limit = standby_wait_limit();
 		}
-		if (limit != 0 && now >= limit)
+		if (log_recovery_conflict_waits && !w->logged &&
+			TimestampDifferenceExceeds(w->start, now, DeadlockTimeout))
+		{
+			LogRecoveryConflict(PROCSIG_RECOVERY_CONFLICT_SNAPSHOT, w->start, now, NULL, true);
+			w->logged = true;
+		}
+		if (w->limit != 0 && now >= w->limit)
 		{
 			cancel_pin_holders(leaf_id);
 			sleep_ms = 5;		/* give them time to go, as core does */
@@ -311,9 +330,57 @@ amr_redo_wait_for_unpin(uint32 leaf_id)
 						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
-	if (logged)
-		LogRecoveryConflict(PROCSIG_RECOVERY_CONFLICT_SNAPSHOT, start, GetCurrentTimestamp(),
+}
+
+/* Origins followed before replay waits for every pin of the tree instead. */
+#define AMR_REPLAY_ORIGIN_HOPS 16
+
+void
+amr_redo_wait_for_unpin(AmrTree *t, uint32 leaf_id)
+{
+	RedoPinWait w = {0, 0, false};
+	uint32		id = leaf_id;
+	int			hops;
+
+	if (amr_sync_read(&t->pinned) > 0)
+	{
+		/*
+		 * The leaf, and the leaves its entries came from by splits while
+		 * scans pinned them: a scan that copied an entry there still returns
+		 * it (see amr_redo_note_split).
+		 */
+		for (hops = 0; id != AMR_INVALID_LEAF; hops++)
+		{
+			if (hops == AMR_REPLAY_ORIGIN_HOPS)
+			{
+				redo_wait_for_zero(t, AMR_INVALID_LEAF, &w);
+				break;
+			}
+			redo_wait_for_zero(t, id, &w);
+			id = amr_store.leaves[id].replay_origin != 0 ?
+				amr_store.leaves[id].replay_origin - 1 : AMR_INVALID_LEAF;
+		}
+	}
+	/* the scans that copied entries before those splits are gone */
+	for (id = leaf_id, hops = 0; id != AMR_INVALID_LEAF && hops <= AMR_REPLAY_ORIGIN_HOPS; hops++)
+	{
+		uint32		next = amr_store.leaves[id].replay_origin;
+
+		amr_store.leaves[id].replay_origin = 0;
+		id = next != 0 ? next - 1 : AMR_INVALID_LEAF;
+	}
+	if (w.logged)
+		LogRecoveryConflict(PROCSIG_RECOVERY_CONFLICT_SNAPSHOT, w.start, GetCurrentTimestamp(),
 							NULL, false);
+}
+
+void
+amr_redo_note_split(uint32 left_leaf, uint32 right_leaf)
+{
+	AmrLeafVolatile *left = &amr_store.leaves[left_leaf];
+
+	if (amr_sync_read(&left->pins) > 0 || left->replay_origin != 0)
+		amr_store.leaves[right_leaf].replay_origin = left_leaf + 1;
 }
 
 static void

@@ -11,7 +11,15 @@
  * switching the Leaf Table word is the commit point; the old slot is
  * returned only after the switch, under the leaf lock, so no reader can
  * still be reading it.  Then it waits for scans that copied the old image
- * and may still hand out its TIDs (see amr_wait_for_unpin).
+ * and may still hand out its TIDs (see amr_wait_for_unpin) -- at every leaf
+ * it visits, not only where it removed entries, as btree VACUUM takes a
+ * cleanup lock on every leaf page: a scan may hold entries that a split
+ * moved from the leaf it pinned to another leaf, where VACUUM removes them
+ * (t/032 part (d)).  That suffices: an entry VACUUM removes predates it,
+ * and moves only into new leaves (split halves), so if VACUUM visited the
+ * scan's leaf before the scan copied the entry there, the entry was in it
+ * and went then; otherwise VACUUM visits that leaf while, or after, the
+ * scan pins it, and waits.
  *
  * When the pool has no free slot, dead entries are marked in place instead
  * (see below), so that VACUUM can always make room.
@@ -305,11 +313,11 @@ vacuum_ssd_leaf(Relation index, AmrTree *t, uint32 leaf_id, uint64 word,
 
 static void vacuum_leaf(VacuumState *vs, uint32 leaf_id, uint32 pushed, bool may_defer);
 
-/* Count a visited leaf; after a removal, wait for scans pinning its old image. */
+/* Count a visited leaf, after waiting for the scans that pin it (see above). */
 static void
 leaf_done(VacuumState *vs, uint32 leaf_id, uint64 removed, uint64 kept)
 {
-	if (removed > 0 && amr_sync_read(&vs->t->pinned) > 0)
+	if (amr_sync_read(&vs->t->pinned) > 0)
 		amr_wait_for_unpin(vs->t, leaf_id);
 	vs->visited++;
 	vs->tuples_removed += removed;

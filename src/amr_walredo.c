@@ -570,14 +570,26 @@ drops_live_entry(const AmrLeaf *old, const AmrLeaf *img)
  * that may carry dead marks) must not leave an index-only scan returning a
  * removed entry once the heap records that follow mark its page
  * all-visible; replay waits for the scans that pin the leaf, as VACUUM
- * does on the primary (amr_pins.c).  The old image is read only while the
- * leaf is pinned; a pin that appears between that look and the switch is
- * waited for without knowing whether anything was dropped.
+ * does on the primary (amr_pins.c).  The old image is read only when scans
+ * may hold entries of the leaf; a pin that appears between that look and
+ * the switch is waited for without knowing whether anything was dropped.
  */
 static bool
 image_may_drop_entries(AmrImageKind kind)
 {
 	return kind == AMR_IMAGE_FULL || kind == AMR_IMAGE_REWRITE || kind == AMR_IMAGE_RESYNC;
+}
+
+/*
+ * Whether standby scans may hold entries of the leaf: it is pinned, or a
+ * split took its entries from a pinned leaf (amr_redo_note_split).
+ */
+static bool
+scans_may_hold(AmrTree *t, uint32 leaf_id)
+{
+	return amr_sync_read(&t->pinned) > 0 &&
+		(amr_sync_read(&amr_store.leaves[leaf_id].pins) > 0 ||
+		 amr_store.leaves[leaf_id].replay_origin != 0);
 }
 
 static void
@@ -626,8 +638,7 @@ redo_images(XLogReaderState *record)
 		if (h.fresh_pos != AMR_NO_FRESH_ENTRY && h.fresh_pos < h.nentries)
 			img->entries[h.fresh_pos].insert_lsn = record->EndRecPtr;
 		old = NULL;
-		if (image_may_drop_entries(x->kind) &&
-			amr_sync_read(&amr_store.leaves[h.leaf_id].pins) > 0 &&
+		if (image_may_drop_entries(x->kind) && scans_may_hold(t, h.leaf_id) &&
 			amr_lt_owned_by(&amr_store, h.leaf_id, amr_lt_word(&amr_store, h.leaf_id),
 							t->tree_no, t->generation) &&
 			amr_leaf_read(NULL, t, h.leaf_id, redo_buf[1], NULL, NULL) != 0)
@@ -635,10 +646,9 @@ redo_images(XLogReaderState *record)
 		put_leaf(t, h.leaf_id, img, x->kind != AMR_IMAGE_BUILD);
 		if (amr_store.tree_records[t->tree_no].flags & AMR_TREE_FLAG_BROKEN)
 			return;
-		if (image_may_drop_entries(x->kind) &&
-			amr_sync_read(&amr_store.leaves[h.leaf_id].pins) > 0 &&
+		if (image_may_drop_entries(x->kind) && scans_may_hold(t, h.leaf_id) &&
 			(old == NULL || drops_live_entry(old, img)))
-			amr_redo_wait_for_unpin(h.leaf_id);
+			amr_redo_wait_for_unpin(t, h.leaf_id);
 	}
 }
 
@@ -895,7 +905,7 @@ redo_mark_dead(XLogReaderState *record)
 		return;
 	apply_dead_marks(t, x->leaf_id, pos, x->npos, record->EndRecPtr);
 	/* a scan returning them must be done before the heap's VACUUM replays */
-	amr_redo_wait_for_unpin(x->leaf_id);
+	amr_redo_wait_for_unpin(t, x->leaf_id);
 }
 
 /*
@@ -967,6 +977,7 @@ redo_split(XLogReaderState *record)
 		put_leaf(t, x->leaf_id, left, true);
 		if (!(s->tree_records[t->tree_no].flags & AMR_TREE_FLAG_BROKEN))
 			put_leaf(t, x->right_leaf, right, true);
+		amr_redo_note_split(x->leaf_id, x->right_leaf);
 		return;
 	}
 	if (AMR_WORD_TIER(amr_lt_word(s, x->right_leaf)) != AMR_TIER_NONE)
@@ -1041,6 +1052,8 @@ redo_split(XLogReaderState *record)
 	LWLockRelease(&amr_shared->publish_lock);
 	amr_counter_add(&t->nentries, (uint64) x->nleft + x->nright);
 	amr_counter_sub(&t->nentries, before);
+	/* after the switch: a scan that read the left half before it has a pin */
+	amr_redo_note_split(x->leaf_id, x->right_leaf);
 }
 
 /* ---- the resource manager's callbacks ---- */

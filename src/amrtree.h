@@ -548,10 +548,14 @@ extern void amr_unpin_leaf(AmrTree *t, uint32 leaf_id);
 extern void amr_wait_for_unpin(AmrTree *t, uint32 leaf_id);
 
 /*
- * Replay, after removing entries from a leaf or marking them dead: wait for
- * the hot-standby scans pinning it, cancelling them past the standby delay.
+ * Replay, after removing entries from a leaf of t or marking them dead:
+ * wait for the hot-standby scans pinning it (or a leaf its entries came
+ * from), cancelling them past the standby delay.
  */
-extern void amr_redo_wait_for_unpin(uint32 leaf_id);
+extern void amr_redo_wait_for_unpin(AmrTree *t, uint32 leaf_id);
+
+/* Replay, after a split: remember where the right half's entries came from. */
+extern void amr_redo_note_split(uint32 left_leaf, uint32 right_leaf);
 
 /* At preload: pins are released when their (sub)transaction ends. */
 extern void amr_pins_register_callbacks(void);

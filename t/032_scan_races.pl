@@ -34,6 +34,9 @@
 #
 # (c) On a hot standby, replay of VACUUM under an index-only scan that is
 # returning the leaf's entries (see the part's own comment below).
+#
+# (d), (e) VACUUM, on the primary and in replay, of entries that a split
+# moved away from the leaf an index-only scan pins (see below).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -300,5 +303,116 @@ FETCH 1 FROM c;
 		"SELECT string_agg(b, ' ' ORDER BY b COLLATE \"C\") FROM ($rows) s(b)");
 	is($with, $without, "standby, delay $delay: the index answers after replay");
 }
+
+# ---- (d), (e) a split moves entries a paused index-only scan holds
+#
+# An index-only scan copies the matches of the leaf it pins; a split then
+# moves some of them, entries of deleted rows among them, to a new leaf,
+# and VACUUM removes them there.  VACUUM waited only for the pins of the
+# leaves it removed entries from, so it did not wait for this scan, the
+# heap pages went all-visible, and the scan returned the deleted rows (all
+# 60 where its snapshot sees 50).  Now VACUUM waits for the pins of every
+# leaf it visits, as btree VACUUM takes a cleanup lock on every leaf page
+# (d); on a standby, replay remembers the pinned leaf a split took entries
+# from and waits for its pins too when it removes entries from the new
+# leaf (e).
+$standby->append_conf('postgresql.conf', "max_standby_streaming_delay = -1\n");
+$standby->reload;
+my $wwin = q{box '((-1,-1),(10,10))'};
+my $wrows = "SELECT b::text FROM w WHERE b && $wwin";
+for my $where ('primary', 'standby')
+{
+	my $node = $where eq 'primary' ? $primary : $standby;
+
+	# 60 rows in one leaf, one row a heap page (fillfactor), so that the
+	# deleted rows' pages hold nothing else and go all-visible in VACUUM;
+	# the scan's first row is on a page that stays all-visible (no heap pin)
+	$primary->safe_psql('postgres', q{
+DROP TABLE IF EXISTS w;
+CREATE TABLE w (id int, b box, pad text) WITH (autovacuum_enabled = off, fillfactor = 10);
+INSERT INTO w SELECT g, box(point(g * 0.01, 0), point(g * 0.01 + 0.005, 0.005)),
+  repeat('x', 400) FROM generate_series(0, 59) g;
+CREATE INDEX w_b ON w USING amrtree (b);
+VACUUM ANALYZE w;
+DELETE FROM w WHERE id % 2 = 1 AND id >= 40;});
+	$primary->wait_for_catchup($standby);
+
+	my $scan = $node->background_psql('postgres', on_error_stop => 0);
+	my $before = $scan->query_until(qr/first/, qq{
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SET LOCAL enable_indexscan = off;
+SET LOCAL enable_bitmapscan = off;
+SELECT 'seq=' || string_agg(b, ' ' ORDER BY b COLLATE "C") FROM ($wrows) s(b);
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_indexscan = on;
+EXPLAIN (COSTS OFF) SELECT 'row=' || b FROM ($wrows) s(b);
+DECLARE c CURSOR FOR SELECT 'row=' || b FROM ($wrows) s(b);
+FETCH 1 FROM c;
+\\echo first
+});
+	my ($seq) = $before =~ /^seq=(.*)$/m;
+	is(scalar(split / /, $seq // ''), 50, "$where: the snapshot sees 50 rows");
+	like($before, qr/Index Only Scan using w_b/, "$where: the cursor is an index-only scan");
+	like($before, qr/^row=\(0\.005,0\.005\),\(0,0\)$/m, "$where: it returned its first row");
+
+	# 30 rows at the far end: the leaf splits, the deleted rows' entries
+	# go to the new leaf.  The insert aborts: rows the scan's snapshot
+	# cannot see would make the visibility map record of their pages a
+	# recovery conflict with it, which holds replay before VACUUM's index
+	# records (and so hides what part (e) is about).
+	$primary->safe_psql('postgres', q{
+BEGIN;
+INSERT INTO w SELECT 100 + g, box(point(0.6 + g * 0.001, 0.001), point(0.6 + g * 0.001 + 0.0005, 0.002)),
+  repeat('y', 400) FROM generate_series(0, 29) g;
+ROLLBACK;});
+	is($primary->safe_psql('postgres', q{
+SELECT count(DISTINCT e.leaf_id) || ' ' ||
+       count(*) FILTER (WHERE w.id IS NULL AND e.leaf_id = (SELECT e0.leaf_id FROM amrtree_leaf_entries('w_b') e0
+                                                           JOIN w w0 ON w0.ctid = e0.tid WHERE w0.id = 0)) || ' ' ||
+       count(*) FILTER (WHERE w.id IS NULL)
+FROM amrtree_leaf_entries('w_b') e LEFT JOIN w ON w.ctid = e.tid}),
+		'2 0 40', "$where: the leaf split, and the deleted and aborted rows' entries left the scan's leaf");
+	$primary->wait_for_catchup($standby);
+
+	my $vacuum;
+	my $waiting;
+	if ($where eq 'primary')
+	{
+		$vacuum = $primary->background_psql('postgres');
+		$vacuum->query_until(qr/started/, "\\echo started\nVACUUM (INDEX_CLEANUP ON) w;\n\\echo vacuumed\n");
+		$waiting = q{SELECT wait_event FROM pg_stat_activity
+			WHERE query LIKE 'VACUUM (INDEX_CLEANUP ON) w%' AND state = 'active'};
+	}
+	else
+	{
+		$primary->safe_psql('postgres', 'VACUUM (INDEX_CLEANUP ON) w');
+		$waiting = q{SELECT wait_event FROM pg_stat_activity WHERE backend_type = 'startup'};
+	}
+	# (at most 30 s, so that the session outlives a failure)
+	my ($wait, $tries) = ('', 0);
+	until ($wait eq 'Extension' || $tries++ > 300)
+	{
+		usleep(100_000);
+		$wait = $node->safe_psql('postgres', $waiting);
+	}
+	is($wait, 'Extension', "$where: VACUUM waits for the index-only scan");
+
+	my $out = $scan->query_until(qr/fetched/, "FETCH ALL FROM c;\n\\echo fetched\n");
+	$scan->query_safe('COMMIT');
+	$scan->quit;
+	my @index = sort(map { /^row=(.*)$/ ? ($1) : () } split /\n/, $before . "\n" . $out);
+	is(join(' ', @index), $seq,
+		"$where: the index-only scan returns what the sequential scan returns in its snapshot");
+	if ($vacuum)
+	{
+		$vacuum->query_until(qr/vacuumed/, '');
+		$vacuum->quit;
+	}
+	$primary->wait_for_catchup($standby);
+	my ($with, $without) = amr_with_and_without_index($node, 'postgres',
+		"SELECT string_agg(b, ' ' ORDER BY b COLLATE \"C\") FROM ($wrows) s(b)");
+	is($with, $without, "$where: the index answers after VACUUM");
+}
+is($primary->safe_psql('postgres', q{SELECT amrtree_check('w_b')}), 't', 'primary: amrtree_check');
 
 done_testing();

@@ -64,6 +64,9 @@ typedef struct AmrLeafVolatile
 								 * split */
 	uint32_t	rightlink;		/* leaf created by that split */
 	uint32_t	pins;			/* scans that may still return its entries */
+	uint32_t	replay_origin;	/* replay only: leaf id + 1 of the leaf a
+								 * split took entries from while scans pinned
+								 * it, 0 if none (amr_pins.c) */
 	/* accesses since the tier manager last folded them in (atomic adds) */
 	uint32_t	reads_pending;
 	uint32_t	writes_pending;
