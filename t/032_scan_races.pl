@@ -200,6 +200,54 @@ SELECT count(*) FROM amrtree_leaf_table('r_b') WHERE mbr && $window}),
 }
 is($standby->safe_psql('postgres', q{SELECT amrtree_check('r_b')}), 't', 'standby: amrtree_check');
 
+# Parts (c)-(e): a session in a REPEATABLE READ transaction that took the
+# sequential scan's rows of $rows, then opened an index-only scan cursor
+# over them and fetched its first row, so that the scan pins that row's
+# leaf.  Returns the session, its output so far and the sequential rows.
+sub open_ios_cursor
+{
+	my ($node, $rows) = @_;
+	my $scan = $node->background_psql('postgres', on_error_stop => 0);
+	my $before = $scan->query_until(qr/first/, qq{
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SET LOCAL enable_indexscan = off;
+SET LOCAL enable_bitmapscan = off;
+SELECT 'seq=' || string_agg(b, ' ' ORDER BY b COLLATE "C") FROM ($rows) s(b);
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_indexscan = on;
+EXPLAIN (COSTS OFF) SELECT 'row=' || b FROM ($rows) s(b);
+DECLARE c CURSOR FOR SELECT 'row=' || b FROM ($rows) s(b);
+FETCH 1 FROM c;
+\\echo first
+});
+	my ($seq) = $before =~ /^seq=(.*)$/m;
+	return ($scan, $before, $seq // '');
+}
+
+# The rest of the cursor, then COMMIT: every row it returned, sorted.
+sub finish_ios_cursor
+{
+	my ($scan, $before) = @_;
+	my $out = $scan->query_until(qr/fetched/, "FETCH ALL FROM c;\n\\echo fetched\n");
+	$scan->query_safe('COMMIT');
+	$scan->quit;
+	return join(' ', sort(map { /^row=(.*)$/ ? ($1) : () } split /\n/, $before . "\n" . $out));
+}
+
+# The wait event of the process $query names, once it is Extension (an
+# amrtree wait) or after 30 s, so that a waiting session outlives a failure.
+sub extension_wait
+{
+	my ($node, $query) = @_;
+	my ($wait, $tries) = ('', 0);
+	until ($wait eq 'Extension' || $tries++ > 300)
+	{
+		usleep(100_000);
+		$wait = $node->safe_psql('postgres', $query);
+	}
+	return $wait;
+}
+
 # ---- (c) replay removing entries a standby's index-only scan is returning
 #
 # An index-only scan trusts the visibility map.  On the primary, VACUUM
@@ -212,7 +260,7 @@ is($standby->safe_psql('postgres', q{SELECT amrtree_check('r_b')}), 't', 'standb
 # cancels the scan's transaction as a recovery conflict.
 my $vwin = q{box '((-1,-1),(10,10))'};
 my $rows = "SELECT b::text FROM v WHERE b && $vwin";
-my $ios_settings = "SET enable_seqscan = off;\nSET enable_bitmapscan = off;\n";
+my $startup_wait_event = q{SELECT wait_event FROM pg_stat_activity WHERE backend_type = 'startup'};
 for my $delay ('-1', '1s')
 {
 	$standby->append_conf('postgresql.conf', qq{
@@ -236,23 +284,10 @@ DELETE FROM v WHERE id % 2 = 1 AND (ctid::text::point)[0] > 0;});
 	my $live = $primary->safe_psql('postgres', 'SELECT count(*) FROM v');
 	cmp_ok($live, '<', 50, "delay $delay: rows are deleted on the later heap pages");
 	$primary->wait_for_catchup($standby);
-	like($standby->safe_psql('postgres', "${ios_settings}EXPLAIN (COSTS OFF) $rows"),
-		qr/Index Only Scan using v_b/, "standby, delay $delay: the query is an index-only scan");
 
-	my $scan = $standby->background_psql('postgres', on_error_stop => 0);
-	my $before = $scan->query_until(qr/first/, qq{
-BEGIN ISOLATION LEVEL REPEATABLE READ;
-SET LOCAL enable_indexscan = off;
-SET LOCAL enable_bitmapscan = off;
-SELECT 'seq=' || string_agg(b, ' ' ORDER BY b COLLATE "C") FROM ($rows) s(b);
-SET LOCAL enable_seqscan = off;
-SET LOCAL enable_indexscan = on;
-DECLARE c CURSOR FOR SELECT 'row=' || b FROM ($rows) s(b);
-FETCH 1 FROM c;
-\\echo first
-});
-	my ($seq) = $before =~ /^seq=(.*)$/m;
-	is(scalar(split / /, $seq // ''), $live, "standby, delay $delay: the snapshot sees the live rows");
+	my ($scan, $before, $seq) = open_ios_cursor($standby, $rows);
+	like($before, qr/Index Only Scan using v_b/, "standby, delay $delay: the cursor is an index-only scan");
+	is(scalar(split / /, $seq), $live, "standby, delay $delay: the snapshot sees the live rows");
 	like($before, qr/^row=\(0\.005,0\.005\),\(0,0\)$/m,
 		"standby, delay $delay: the scan returned the first page's first row");
 	my $conflicts = $standby->safe_psql('postgres',
@@ -264,22 +299,11 @@ FETCH 1 FROM c;
 	my $vacuumed = $primary->lsn('insert');
 	if ($delay eq '-1')
 	{
-		# (at most 30 s, so that the session outlives a failure)
-		my ($startup_wait, $tries) = ('', 0);
-		until ($startup_wait eq 'Extension' || $tries++ > 300)
-		{
-			usleep(100_000);
-			$startup_wait = $standby->safe_psql('postgres',
-				q{SELECT wait_event FROM pg_stat_activity WHERE backend_type = 'startup'});
-		}
-		is($startup_wait, 'Extension', 'standby: replay waits for the index-only scan');
+		is(extension_wait($standby, $startup_wait_event), 'Extension',
+			'standby: replay waits for the index-only scan');
 		is($standby->safe_psql('postgres', "SELECT pg_last_wal_replay_lsn() < '$vacuumed'"),
 			't', 'standby: replay has not reached the end of the VACUUM');
-		my $out = $scan->query_until(qr/fetched/, "FETCH ALL FROM c;\n\\echo fetched\n");
-		$scan->query_safe('COMMIT');
-		$scan->quit;
-		my @index = sort(map { /^row=(.*)$/ ? ($1) : () } split /\n/, $before . "\n" . $out);
-		is(join(' ', @index), $seq,
+		is(finish_ios_cursor($scan, $before), $seq,
 			'standby: the index-only scan returns what the sequential scan returns in its snapshot');
 		$primary->wait_for_catchup($standby);
 		pass('standby: replay goes on once the scan is done');
@@ -337,21 +361,8 @@ VACUUM ANALYZE w;
 DELETE FROM w WHERE id % 2 = 1 AND id >= 40;});
 	$primary->wait_for_catchup($standby);
 
-	my $scan = $node->background_psql('postgres', on_error_stop => 0);
-	my $before = $scan->query_until(qr/first/, qq{
-BEGIN ISOLATION LEVEL REPEATABLE READ;
-SET LOCAL enable_indexscan = off;
-SET LOCAL enable_bitmapscan = off;
-SELECT 'seq=' || string_agg(b, ' ' ORDER BY b COLLATE "C") FROM ($wrows) s(b);
-SET LOCAL enable_seqscan = off;
-SET LOCAL enable_indexscan = on;
-EXPLAIN (COSTS OFF) SELECT 'row=' || b FROM ($wrows) s(b);
-DECLARE c CURSOR FOR SELECT 'row=' || b FROM ($wrows) s(b);
-FETCH 1 FROM c;
-\\echo first
-});
-	my ($seq) = $before =~ /^seq=(.*)$/m;
-	is(scalar(split / /, $seq // ''), 50, "$where: the snapshot sees 50 rows");
+	my ($scan, $before, $seq) = open_ios_cursor($node, $wrows);
+	is(scalar(split / /, $seq), 50, "$where: the snapshot sees 50 rows");
 	like($before, qr/Index Only Scan using w_b/, "$where: the cursor is an index-only scan");
 	like($before, qr/^row=\(0\.005,0\.005\),\(0,0\)$/m, "$where: it returned its first row");
 
@@ -386,22 +397,10 @@ FROM amrtree_leaf_entries('w_b') e LEFT JOIN w ON w.ctid = e.tid}),
 	else
 	{
 		$primary->safe_psql('postgres', 'VACUUM (INDEX_CLEANUP ON) w');
-		$waiting = q{SELECT wait_event FROM pg_stat_activity WHERE backend_type = 'startup'};
+		$waiting = $startup_wait_event;
 	}
-	# (at most 30 s, so that the session outlives a failure)
-	my ($wait, $tries) = ('', 0);
-	until ($wait eq 'Extension' || $tries++ > 300)
-	{
-		usleep(100_000);
-		$wait = $node->safe_psql('postgres', $waiting);
-	}
-	is($wait, 'Extension', "$where: VACUUM waits for the index-only scan");
-
-	my $out = $scan->query_until(qr/fetched/, "FETCH ALL FROM c;\n\\echo fetched\n");
-	$scan->query_safe('COMMIT');
-	$scan->quit;
-	my @index = sort(map { /^row=(.*)$/ ? ($1) : () } split /\n/, $before . "\n" . $out);
-	is(join(' ', @index), $seq,
+	is(extension_wait($node, $waiting), 'Extension', "$where: VACUUM waits for the index-only scan");
+	is(finish_ios_cursor($scan, $before), $seq,
 		"$where: the index-only scan returns what the sequential scan returns in its snapshot");
 	if ($vacuum)
 	{
