@@ -8,14 +8,17 @@
  * TID, the scan would return a deleted row.  So scans that need it
  * (index-only scans and non-MVCC snapshots) pin the leaf whose matches they
  * are returning -- a per-leaf counter in DRAM, tracked per backend with its
- * subtransaction and released when it ends -- and VACUUM, after switching a
- * leaf to an image without the dead entries, waits until the leaf's pins
- * are gone (docs/design.md, "Concurrency").  Plain MVCC scans and bitmap
- * scans need no pin: a reused TID is invisible to them.
+ * subtransaction and released when it ends -- and VACUUM waits until the
+ * pins of every leaf it visits are gone, whether or not it removed entries
+ * there: a split may have moved the entries a scan holds to another leaf
+ * (amr_vacuum.c; docs/design.md, "Concurrency").  Plain MVCC scans and
+ * bitmap scans need no pin: a reused TID is invisible to them.
  *
  * On a hot standby, replay removes the entries and the heap records that
- * follow mark the page all-visible, so replay waits for the pins the same
- * way (amr_redo_wait_for_unpin).  It cannot wait forever: past
+ * follow mark the page all-visible, so replay waits for the pins of the
+ * leaf it removes entries from, and of the pinned leaves splits took them
+ * from (amr_redo_wait_for_unpin, amr_redo_note_split).  It cannot wait
+ * forever: past
  * max_standby_streaming_delay (or max_standby_archive_delay) it cancels
  * the transactions holding them, as PostgreSQL resolves a conflict with a
  * buffer pin.  To find them it keeps, per PGPROC, the number of pins and
