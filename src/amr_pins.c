@@ -18,11 +18,11 @@
  * follow mark the page all-visible, so replay waits for the pins of the
  * leaf it removes entries from, and of the pinned leaves splits took them
  * from (amr_redo_wait_for_unpin, amr_redo_note_split).  It cannot wait
- * forever: past
- * max_standby_streaming_delay (or max_standby_archive_delay) it cancels
- * the transactions holding them, as PostgreSQL resolves a conflict with a
- * buffer pin.  To find them it keeps, per PGPROC, the number of pins and
- * the ids of a few pinned leaves (AmrPinHolder), written by the owner only.
+ * forever: past max_standby_streaming_delay (or max_standby_archive_delay)
+ * it cancels the transactions holding them, as PostgreSQL resolves a
+ * conflict with a buffer pin.  To find them it keeps, per PGPROC, the
+ * number of pins and the ids of a few pinned leaves (AmrPinHolder),
+ * written by the owner only.
  *
  * ("Pin" means only this; the DRAM copies of rule R6 are "holds".)
  *

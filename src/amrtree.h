@@ -544,7 +544,7 @@ extern void amr_pin_leaf(AmrTree *t, uint32 leaf_id);
 /* Drop this backend's pin on a leaf. */
 extern void amr_unpin_leaf(AmrTree *t, uint32 leaf_id);
 
-/* Wait until no scan pins the leaf (VACUUM, after removing entries). */
+/* Wait until no scan pins the leaf (VACUUM, at every leaf it visits). */
 extern void amr_wait_for_unpin(AmrTree *t, uint32 leaf_id);
 
 /*
