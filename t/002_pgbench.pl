@@ -1,7 +1,9 @@
 # Concurrency under load: pgbench clients inserting, deleting and running
 # range queries (index, bitmap and index-only scans) for 45 seconds while
-# another session vacuums in a loop.  Afterwards the index agrees with a
-# sequential scan for every strategy and amrtree_check holds.
+# another session vacuums in a loop; some of the queries compare, in one
+# REPEATABLE READ snapshot, each kind of index scan with a sequential scan
+# (a disagreement fails the transaction).  Afterwards the index agrees with
+# a sequential scan for every strategy and amrtree_check holds.
 use strict;
 use warnings;
 use IPC::Run;
@@ -21,6 +23,7 @@ CREATE SEQUENCE trip_ids START 1000000;
 CREATE INDEX trips_b ON trips USING amrtree (b);
 VACUUM ANALYZE trips;
 });
+amr_setup_snapshot_checks($node);
 
 my $dir = PostgreSQL::Test::Utils::tempdir();
 my %scripts = (
@@ -46,6 +49,17 @@ SELECT id, b FROM trips
 WHERE b <@ box(point(-8.68 + :x * 0.0001, 41.10 + :y * 0.0001), point(-8.68 + :x * 0.0001 + 0.01, 41.10 + :y * 0.0001 + 0.006));
 COMMIT;
 },
+	# plain, index-only and bitmap scans against a sequential scan, in one
+	# snapshot, while VACUUM, splits and deletes go on
+	'check.sql' => q{
+\set x random(0, 1200)
+\set y random(0, 900)
+\set o random(0, 3)
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT amr_check_window('trips', box(point(-8.68 + :x * 0.0001, 41.10 + :y * 0.0001),
+  point(-8.68 + :x * 0.0001 + 0.004, 41.10 + :y * 0.0001 + 0.003)), (ARRAY['&&', '&&', '@>', '<@'])[:o + 1]);
+COMMIT;
+},
 	'delete.sql' => q{
 \set id random(1, 1100000)
 DELETE FROM trips WHERE id = :id;
@@ -62,7 +76,7 @@ my $bench = IPC::Run::start(
 	[
 		'pgbench', '-n', '-c', '4', '-j', '2', '-T', $duration,
 		'-f', "$dir/insert.sql\@5", '-f', "$dir/query.sql\@3",
-		'-f', "$dir/query_rows.sql\@2", '-f', "$dir/delete.sql\@1",
+		'-f', "$dir/query_rows.sql\@2", '-f', "$dir/check.sql\@2", '-f', "$dir/delete.sql\@1",
 		'-h', $node->host, '-p', $node->port, 'postgres'
 	],
 	'>', \$out, '2>', \$err);

@@ -53,62 +53,8 @@ FROM (SELECT random() * 1.2 AS x, random() * 0.9 AS y FROM generate_series(1, 40
 INSERT INTO t (b) SELECT NULL FROM generate_series(1, 300);
 CREATE INDEX t_b ON t USING amrtree (b) WITH (pmem_budget = '25%');
 VACUUM ANALYZE t;
-
--- The index's answers, forced through each kind of scan, against a
--- sequential scan's, all in the caller's snapshot.
-CREATE FUNCTION check_window(w box, op text) RETURNS void LANGUAGE plpgsql AS $f$
-DECLARE
-  rows_q text := format('SELECT count(*) || '':'' || coalesce(sum(hashtext(id::text)), 0) || '':'' || coalesce(sum(hashtext(b::text)), 0) FROM t WHERE b %s %L::box', op, w);
-  keys_q text := format('SELECT count(*) || '':'' || coalesce(sum(hashtext(b::text)), 0) FROM t WHERE b %s %L::box', op, w);
-  r_index text; r_bitmap text; r_only text; r_seq text; r_seq_keys text;
-  r_only_again text; extra_key bigint; visible_with_key bigint;
-BEGIN
-  PERFORM set_config('enable_seqscan', 'off', true);
-  PERFORM set_config('enable_bitmapscan', 'off', true);
-  PERFORM set_config('enable_indexonlyscan', 'off', true);
-  EXECUTE rows_q INTO r_index;
-  PERFORM set_config('enable_indexonlyscan', 'on', true);
-  EXECUTE keys_q INTO r_only;
-  PERFORM set_config('enable_indexscan', 'off', true);
-  PERFORM set_config('enable_indexonlyscan', 'off', true);
-  PERFORM set_config('enable_bitmapscan', 'on', true);
-  EXECUTE rows_q INTO r_bitmap;
-  PERFORM set_config('enable_bitmapscan', 'off', true);
-  PERFORM set_config('enable_seqscan', 'on', true);
-  EXECUTE rows_q INTO r_seq;
-  EXECUTE keys_q INTO r_seq_keys;
-  IF r_index <> r_seq OR r_bitmap <> r_seq OR r_only <> r_seq_keys THEN
-    -- what tells a transient race from a lasting one, and a row returned
-    -- twice from one that is not visible: the index-only scan again, and
-    -- whether a visible row has the key the index-only scan had too much
-    -- or too little (when it differs by one row)
-    extra_key := split_part(r_only, ':', 2)::bigint - split_part(r_seq_keys, ':', 2)::bigint;
-    EXECUTE format('SELECT count(*) FROM t WHERE hashtext(b::text) = %s AND b %s %L::box',
-                   extra_key, op, w) INTO visible_with_key;
-    PERFORM set_config('enable_seqscan', 'off', true);
-    PERFORM set_config('enable_indexscan', 'on', true);
-    PERFORM set_config('enable_indexonlyscan', 'on', true);
-    EXECUTE keys_q INTO r_only_again;
-    RAISE EXCEPTION 'index and sequential scans disagree on b % %: index %, bitmap %, index-only %, sequential % (keys %); index-only again %, visible rows with key hash % (the index-only difference): %',
-      op, w, r_index, r_bitmap, r_only, r_seq, r_seq_keys, r_only_again, extra_key, visible_with_key;
-  END IF;
-END $f$;
-CREATE FUNCTION check_nearest(p point) RETURNS void LANGUAGE plpgsql AS $f$
-DECLARE
-  q text := format('SELECT string_agg(d::text, '','') FROM (SELECT b <-> %L::point AS d FROM t ORDER BY b <-> %L::point LIMIT 10) s', p, p);
-  r_index text; r_seq text;
-BEGIN
-  PERFORM set_config('enable_seqscan', 'off', true);
-  PERFORM set_config('enable_bitmapscan', 'off', true);
-  EXECUTE q INTO r_index;
-  PERFORM set_config('enable_seqscan', 'on', true);
-  PERFORM set_config('enable_indexscan', 'off', true);
-  PERFORM set_config('enable_indexonlyscan', 'off', true);
-  EXECUTE q INTO r_seq;
-  IF r_index IS DISTINCT FROM r_seq THEN
-    RAISE EXCEPTION 'KNN index and sequential scans disagree at %: index %, sequential %', p, r_index, r_seq;
-  END IF;
-END $f$;});
+});
+amr_setup_snapshot_checks($primary);
 $primary->wait_for_catchup($standby);
 
 my %writers = (
@@ -138,7 +84,7 @@ my %checkers = (
 \set s random(1, 40)
 \set o random(0, 11)
 BEGIN ISOLATION LEVEL REPEATABLE READ;
-SELECT check_window(box(point(:x * 0.001, :y * 0.001), point(:x * 0.001 + :s * 0.0005, :y * 0.001 + :s * 0.0004)),
+SELECT amr_check_window('t', box(point(:x * 0.001, :y * 0.001), point(:x * 0.001 + :s * 0.0005, :y * 0.001 + :s * 0.0004)),
   (ARRAY['&&', '&&', '&&', '@>', '<@', '~=', '<<', '&<', '&>', '>>', '<<|', '|&>'])[:o + 1]);
 COMMIT;
 }, 3 ],
@@ -147,21 +93,21 @@ COMMIT;
 \set y random(0, 80)
 \set s random(1, 40)
 BEGIN ISOLATION LEVEL REPEATABLE READ;
-SELECT check_window(box(point(0.6 + :x * 0.00001, 0.4 + :y * 0.00001),
+SELECT amr_check_window('t', box(point(0.6 + :x * 0.00001, 0.4 + :y * 0.00001),
   point(0.6 + :x * 0.00001 + :s * 0.00005, 0.4 + :y * 0.00001 + :s * 0.00004)), '&&');
 COMMIT;
 }, 3 ],
 	# every leaf, each read while replay splits others
 	everything => [ q{
 BEGIN ISOLATION LEVEL REPEATABLE READ;
-SELECT check_window(box '((-1,-1),(2,2))', '&&');
+SELECT amr_check_window('t', box '((-1,-1),(2,2))', '&&');
 COMMIT;
 }, 3 ],
 	nearest => [ q{
 \set x random(0, 1200)
 \set y random(0, 900)
 BEGIN ISOLATION LEVEL REPEATABLE READ;
-SELECT check_nearest(point(:x * 0.001, :y * 0.001));
+SELECT amr_check_nearest('t', point(:x * 0.001, :y * 0.001));
 COMMIT;
 }, 1 ],);
 

@@ -14,7 +14,7 @@ use Test::More;
 
 our @EXPORT = qw(amr_node amr_pool_path amr_forget_pool amr_standby_own_pool amr_load_porto amr_setup_parity
   amr_porto_windows amr_with_and_without_index amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server
-  amr_wait_for_crash_restart amr_pool_header);
+  amr_wait_for_crash_restart amr_pool_header amr_setup_snapshot_checks);
 
 my $tag = $ENV{AMR_POOL_TAG} || "amrtree-tap-$$-" . time();
 my $src = $ENV{AMR_SRC} || dirname(__FILE__) . '/..';
@@ -102,6 +102,71 @@ sub amr_load_porto
 		"CREATE TABLE IF NOT EXISTS $table (id int, b box, t float8);"
 		  . "COPY $table (id, b, t) FROM '$file' WITH (FORMAT csv);");
 	return $file;
+}
+
+# Functions for clients under load, each comparing in the caller's
+# snapshot (call them in a REPEATABLE READ transaction) what the amrtree
+# index on tbl(b) answers with one kind of scan forced with what a
+# sequential scan answers, and raising an error when they differ (so that
+# pgbench counts a failed transaction); tbl has a column id.
+#   amr_check_window(tbl, w, op): b op w by plain, index-only and bitmap
+#     scans (an error names the counts and key hashes, whether a visible
+#     row has the key the index-only scan had too much or too little, and
+#     what a second index-only scan returns: a transient race or not);
+#   amr_check_nearest(tbl, p): the distances of the 10 rows nearest p.
+sub amr_setup_snapshot_checks
+{
+	my ($node, $db) = @_;
+	$node->safe_psql($db || 'postgres', q{
+CREATE FUNCTION amr_check_window(tbl regclass, w box, op text) RETURNS void LANGUAGE plpgsql AS $f$
+DECLARE
+  rows_q text := format('SELECT count(*) || '':'' || coalesce(sum(hashtext(id::text)), 0) || '':'' || coalesce(sum(hashtext(b::text)), 0) FROM %s WHERE b %s %L::box', tbl, op, w);
+  keys_q text := format('SELECT count(*) || '':'' || coalesce(sum(hashtext(b::text)), 0) FROM %s WHERE b %s %L::box', tbl, op, w);
+  r_index text; r_bitmap text; r_only text; r_seq text; r_seq_keys text;
+  r_only_again text; extra_key bigint; visible_with_key bigint;
+BEGIN
+  PERFORM set_config('enable_seqscan', 'off', true);
+  PERFORM set_config('enable_bitmapscan', 'off', true);
+  PERFORM set_config('enable_indexonlyscan', 'off', true);
+  EXECUTE rows_q INTO r_index;
+  PERFORM set_config('enable_indexonlyscan', 'on', true);
+  EXECUTE keys_q INTO r_only;
+  PERFORM set_config('enable_indexscan', 'off', true);
+  PERFORM set_config('enable_indexonlyscan', 'off', true);
+  PERFORM set_config('enable_bitmapscan', 'on', true);
+  EXECUTE rows_q INTO r_bitmap;
+  PERFORM set_config('enable_bitmapscan', 'off', true);
+  PERFORM set_config('enable_seqscan', 'on', true);
+  EXECUTE rows_q INTO r_seq;
+  EXECUTE keys_q INTO r_seq_keys;
+  IF r_index <> r_seq OR r_bitmap <> r_seq OR r_only <> r_seq_keys THEN
+    extra_key := split_part(r_only, ':', 2)::bigint - split_part(r_seq_keys, ':', 2)::bigint;
+    EXECUTE format('SELECT count(*) FROM %s WHERE hashtext(b::text) = %s AND b %s %L::box',
+                   tbl, extra_key, op, w) INTO visible_with_key;
+    PERFORM set_config('enable_seqscan', 'off', true);
+    PERFORM set_config('enable_indexscan', 'on', true);
+    PERFORM set_config('enable_indexonlyscan', 'on', true);
+    EXECUTE keys_q INTO r_only_again;
+    RAISE EXCEPTION 'index and sequential scans disagree on % b % %: index %, bitmap %, index-only %, sequential % (keys %); index-only again %, visible rows with key hash % (the index-only difference): %',
+      tbl, op, w, r_index, r_bitmap, r_only, r_seq, r_seq_keys, r_only_again, extra_key, visible_with_key;
+  END IF;
+END $f$;
+CREATE FUNCTION amr_check_nearest(tbl regclass, p point) RETURNS void LANGUAGE plpgsql AS $f$
+DECLARE
+  q text := format('SELECT string_agg(d::text, '','') FROM (SELECT b <-> %L::point AS d FROM %s ORDER BY b <-> %L::point LIMIT 10) s', p, tbl, p);
+  r_index text; r_seq text;
+BEGIN
+  PERFORM set_config('enable_seqscan', 'off', true);
+  PERFORM set_config('enable_bitmapscan', 'off', true);
+  EXECUTE q INTO r_index;
+  PERFORM set_config('enable_seqscan', 'on', true);
+  PERFORM set_config('enable_indexscan', 'off', true);
+  PERFORM set_config('enable_indexonlyscan', 'off', true);
+  EXECUTE q INTO r_seq;
+  IF r_index IS DISTINCT FROM r_seq THEN
+    RAISE EXCEPTION 'KNN index and sequential scans disagree on % at %: index %, sequential %', tbl, p, r_index, r_seq;
+  END IF;
+END $f$;});
 }
 
 # Functions comparing index results with a sequential scan, for every
