@@ -31,7 +31,7 @@ my $rows = 40000;
 # pool and slot file at their defaults, inside the data directory
 my $primary = amrwal_primary('primary', rows => $rows, seed => 13);
 amrwal_setup($primary);
-amrwal_windows($primary, 'trips', 120);
+amrwal_windows($primary, 'trips', 80);
 $primary->safe_psql('postgres', q{SELECT amrtree_settle('trips_b', 0)});
 cmp_ok($primary->safe_psql('postgres', q{SELECT leaves FROM amrtree_tier_stats('trips_b') WHERE tier = 'ssd'}),
 	'>', 0, 'with a 50% budget some leaves are on the SSD tier');

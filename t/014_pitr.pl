@@ -27,7 +27,7 @@ my $started = time;
 
 my $primary = amrwal_primary('primary', archiving => 1, rows => 30000, seed => 14);
 amrwal_setup($primary);
-amrwal_windows($primary, 'trips', 160);
+amrwal_windows($primary, 'trips', 100);
 $primary->safe_psql('postgres', q{SELECT amrtree_settle('trips_b', 0)});
 my ($mismatch, $info) = amrwal_parity($primary, 'trips');
 is($mismatch, 0, "primary: index agrees with a sequential scan before the backup ($info)");
