@@ -108,21 +108,29 @@ my_pin_holder(void)
 	return &pin_holders[MyProc->pgprocno];
 }
 
+/* Set the first place of h that holds from (if any) to to. */
+static void
+holder_replace(AmrPinHolder *h, uint32 from, uint32 to)
+{
+	int			j;
+
+	for (j = 0; j < AMR_PIN_HOLDER_LEAVES; j++)
+		if (pg_atomic_read_u32(&h->leaf_plus_one[j]) == from)
+		{
+			pg_atomic_write_u32(&h->leaf_plus_one[j], to);
+			return;
+		}
+}
+
 /* Name the leaf in this backend's holder (if a place is free), then count it. */
 static void
 holder_add(uint32 leaf_id)
 {
 	AmrPinHolder *h = my_pin_holder();
-	int			j;
 
 	if (h == NULL)
 		return;
-	for (j = 0; j < AMR_PIN_HOLDER_LEAVES; j++)
-		if (pg_atomic_read_u32(&h->leaf_plus_one[j]) == 0)
-		{
-			pg_atomic_write_u32(&h->leaf_plus_one[j], leaf_id + 1);
-			break;
-		}
+	holder_replace(h, 0, leaf_id + 1);
 	pg_atomic_fetch_add_u32(&h->npins, 1);
 }
 
@@ -131,17 +139,11 @@ static void
 holder_remove(uint32 leaf_id)
 {
 	AmrPinHolder *h = my_pin_holder();
-	int			j;
 
 	if (h == NULL)
 		return;
 	pg_atomic_fetch_sub_u32(&h->npins, 1);
-	for (j = 0; j < AMR_PIN_HOLDER_LEAVES; j++)
-		if (pg_atomic_read_u32(&h->leaf_plus_one[j]) == leaf_id + 1)
-		{
-			pg_atomic_write_u32(&h->leaf_plus_one[j], 0);
-			break;
-		}
+	holder_replace(h, leaf_id + 1, 0);
 }
 
 void
@@ -345,32 +347,23 @@ amr_redo_wait_for_unpin(AmrTree *t, uint32 leaf_id)
 	uint32		id = leaf_id;
 	int			hops;
 
-	if (amr_sync_read(&t->pinned) > 0)
+	/*
+	 * The leaf, and the leaves its entries came from by splits while scans
+	 * pinned them: a scan that copied an entry there still returns it (see
+	 * amr_redo_note_split).  Past the last hop, every pin of the tree.  Once
+	 * waited for, the scans that copied entries before those splits are gone,
+	 * and so is the chain.
+	 */
+	for (hops = 0; id != AMR_INVALID_LEAF; hops++)
 	{
-		/*
-		 * The leaf, and the leaves its entries came from by splits while
-		 * scans pinned them: a scan that copied an entry there still returns
-		 * it (see amr_redo_note_split).
-		 */
-		for (hops = 0; id != AMR_INVALID_LEAF; hops++)
-		{
-			if (hops == AMR_REPLAY_ORIGIN_HOPS)
-			{
-				redo_wait_for_zero(t, AMR_INVALID_LEAF, &w);
-				break;
-			}
-			redo_wait_for_zero(t, id, &w);
-			id = amr_store.leaves[id].replay_origin != 0 ?
-				amr_store.leaves[id].replay_origin - 1 : AMR_INVALID_LEAF;
-		}
-	}
-	/* the scans that copied entries before those splits are gone */
-	for (id = leaf_id, hops = 0; id != AMR_INVALID_LEAF && hops <= AMR_REPLAY_ORIGIN_HOPS; hops++)
-	{
-		uint32		next = amr_store.leaves[id].replay_origin;
+		AmrLeafVolatile *v = &amr_store.leaves[id];
+		uint32		origin = v->replay_origin;
 
-		amr_store.leaves[id].replay_origin = 0;
-		id = next != 0 ? next - 1 : AMR_INVALID_LEAF;
+		redo_wait_for_zero(t, hops < AMR_REPLAY_ORIGIN_HOPS ? id : AMR_INVALID_LEAF, &w);
+		v->replay_origin = 0;
+		if (hops == AMR_REPLAY_ORIGIN_HOPS)
+			break;
+		id = origin != 0 ? origin - 1 : AMR_INVALID_LEAF;
 	}
 	if (w.logged)
 		LogRecoveryConflict(PROCSIG_RECOVERY_CONFLICT_SNAPSHOT, w.start, GetCurrentTimestamp(),

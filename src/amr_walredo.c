@@ -600,10 +600,12 @@ redo_images(XLogReaderState *record)
 	xl_amr_images *x = (xl_amr_images *) data;
 	AmrTree    *t = redo_tree(&x->tree);
 	Size		off = sizeof(xl_amr_images);
+	bool		may_drop;
 	int			i;
 
 	if (t == NULL)
 		return;
+	may_drop = image_may_drop_entries(x->kind);
 	for (i = 0; i < x->nimages && off + sizeof(xl_amr_image) <= len; i++)
 	{
 		xl_amr_image h;
@@ -638,15 +640,13 @@ redo_images(XLogReaderState *record)
 		if (h.fresh_pos != AMR_NO_FRESH_ENTRY && h.fresh_pos < h.nentries)
 			img->entries[h.fresh_pos].insert_lsn = record->EndRecPtr;
 		old = NULL;
-		if (image_may_drop_entries(x->kind) && scans_may_hold(t, h.leaf_id) &&
-			amr_lt_owned_by(&amr_store, h.leaf_id, amr_lt_word(&amr_store, h.leaf_id),
-							t->tree_no, t->generation) &&
+		if (may_drop && scans_may_hold(t, h.leaf_id) &&
 			amr_leaf_read(NULL, t, h.leaf_id, redo_buf[1], NULL, NULL) != 0)
 			old = redo_buf[1];
 		put_leaf(t, h.leaf_id, img, x->kind != AMR_IMAGE_BUILD);
 		if (amr_store.tree_records[t->tree_no].flags & AMR_TREE_FLAG_BROKEN)
 			return;
-		if (image_may_drop_entries(x->kind) && scans_may_hold(t, h.leaf_id) &&
+		if (may_drop && scans_may_hold(t, h.leaf_id) &&
 			(old == NULL || drops_live_entry(old, img)))
 			amr_redo_wait_for_unpin(t, h.leaf_id);
 	}
