@@ -8,11 +8,18 @@
  * TID, the scan would return a deleted row.  So scans that need it
  * (index-only scans and non-MVCC snapshots) pin the leaf whose matches they
  * are returning -- a per-leaf counter in DRAM, tracked per backend with its
- * subtransaction and released when it ends -- and VACUUM waits until the
+ * resource owner (below) -- and VACUUM waits until the
  * pins of every leaf it visits are gone, whether or not it removed entries
  * there: a split may have moved the entries a scan holds to another leaf
  * (amr_vacuum.c; docs/design.md, "Concurrency").  Plain MVCC scans and
  * bitmap scans need no pin: a reused TID is invisible to them.
+ *
+ * A pin belongs to the resource owner current when it was taken, as a
+ * buffer pin does: that of the portal running the scan.  It is released
+ * with that owner, not with the subtransaction it was taken in: a cursor
+ * declared outside a savepoint and fetched from inside it lives on after
+ * ROLLBACK TO, and so must the pin on the leaf whose matches it still
+ * holds.
  *
  * On a hot standby, replay removes the entries and the heap records that
  * follow mark the page all-visible, so replay waits for the pins of the
@@ -39,6 +46,7 @@
 #include "storage/procarray.h"
 #include "storage/standby.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
@@ -62,7 +70,7 @@ typedef struct LocalPin
 {
 	uint32		tree_no;
 	uint32		leaf_id;
-	SubTransactionId subid;
+	ResourceOwner owner;		/* released with it; NULL: at transaction end */
 } LocalPin;
 
 static LocalPin *local_pins = NULL;
@@ -161,7 +169,7 @@ amr_pin_leaf(AmrTree *t, uint32 leaf_id)
 	}
 	local_pins[n_local_pins].tree_no = t->tree_no;
 	local_pins[n_local_pins].leaf_id = leaf_id;
-	local_pins[n_local_pins].subid = GetCurrentSubTransactionId();
+	local_pins[n_local_pins].owner = CurrentResourceOwner;
 	n_local_pins++;
 	holder_add(leaf_id);
 	amr_sync_add(&amr_store.leaves[leaf_id].pins, 1);
@@ -179,31 +187,39 @@ drop_pin(int i)
 	local_pins[i] = local_pins[--n_local_pins];
 }
 
+/*
+ * Two scans of this backend may pin the same leaf; drop the one taken under
+ * the current resource owner if there is one, so that each keeps its own.
+ */
 void
 amr_unpin_leaf(AmrTree *t, uint32 leaf_id)
 {
+	int			found = -1;
 	int			i;
 
 	for (i = n_local_pins - 1; i >= 0; i--)
 	{
 		if (local_pins[i].tree_no == t->tree_no && local_pins[i].leaf_id == leaf_id)
 		{
-			drop_pin(i);
-			return;
+			found = i;
+			if (local_pins[i].owner == CurrentResourceOwner)
+				break;
 		}
 	}
+	if (found >= 0)
+		drop_pin(found);
 }
 
-/* Release the pins of an ending (sub)transaction: all of them at top level. */
+/* Release the pins of a resource owner being released (NULL: all of them). */
 static void
-release_pins(SubTransactionId subid)
+release_pins(ResourceOwner owner)
 {
 	int			i;
 
 	if (amr_shared == NULL)
 		return;
 	for (i = n_local_pins - 1; i >= 0; i--)
-		if (subid == InvalidSubTransactionId || local_pins[i].subid >= subid)
+		if (owner == NULL || local_pins[i].owner == owner)
 			drop_pin(i);
 }
 
@@ -379,21 +395,27 @@ amr_redo_note_split(uint32 left_leaf, uint32 right_leaf)
 		amr_store.leaves[right_leaf].replay_origin = left_leaf + 1;
 }
 
+/* A transaction's end releases every pin left, owned or not. */
 static void
 pins_xact_callback(XactEvent event, void *arg)
 {
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
 		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
 		event == XACT_EVENT_PREPARE)
-		release_pins(InvalidSubTransactionId);
+		release_pins(NULL);
 }
 
+/*
+ * A resource owner's release (it is CurrentResourceOwner while its callbacks
+ * run) releases its pins, with its buffer pins: a portal's when the portal
+ * is dropped, a subtransaction's (and its failed portals') when it aborts.
+ */
 static void
-pins_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					  SubTransactionId parentSubid, void *arg)
+pins_resowner_callback(ResourceReleasePhase phase, bool isCommit,
+					   bool isTopLevel, void *arg)
 {
-	if (event == SUBXACT_EVENT_ABORT_SUB)
-		release_pins(mySubid);
+	if (phase == RESOURCE_RELEASE_BEFORE_LOCKS && CurrentResourceOwner != NULL)
+		release_pins(CurrentResourceOwner);
 }
 
 /* At preload: release every pin when its (sub)transaction ends. */
@@ -401,5 +423,5 @@ void
 amr_pins_register_callbacks(void)
 {
 	RegisterXactCallback(pins_xact_callback, NULL);
-	RegisterSubXactCallback(pins_subxact_callback, NULL);
+	RegisterResourceReleaseCallback(pins_resowner_callback, NULL);
 }

@@ -557,7 +557,7 @@ extern void amr_redo_wait_for_unpin(AmrTree *t, uint32 leaf_id);
 /* Replay, after a split: remember where the right half's entries came from. */
 extern void amr_redo_note_split(uint32 left_leaf, uint32 right_leaf);
 
-/* At preload: pins are released when their (sub)transaction ends. */
+/* At preload: pins are released with their resource owner, or at transaction end. */
 extern void amr_pins_register_callbacks(void);
 
 /* Shared memory for who holds pins (one entry per PGPROC). */

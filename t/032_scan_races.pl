@@ -37,6 +37,9 @@
 #
 # (d), (e) VACUUM, on the primary and in replay, of entries that a split
 # moved away from the leaf an index-only scan pins (see below).
+#
+# (f) VACUUM, on the primary and in replay, under a cursor fetched from in
+# a savepoint that was rolled back (see below).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -203,10 +206,12 @@ is($standby->safe_psql('postgres', q{SELECT amrtree_check('r_b')}), 't', 'standb
 # Parts (c)-(e): a session in a REPEATABLE READ transaction that took the
 # sequential scan's rows of $rows, then opened an index-only scan cursor
 # over them and fetched its first row, so that the scan pins that row's
-# leaf.  Returns the session, its output so far and the sequential rows.
+# leaf.  With $savepoint, that fetch runs in a savepoint rolled back after
+# it.  Returns the session, its output so far and the sequential rows.
 sub open_ios_cursor
 {
-	my ($node, $rows) = @_;
+	my ($node, $rows, $savepoint) = @_;
+	my ($save, $rollback) = $savepoint ? ('SAVEPOINT s;', 'ROLLBACK TO s;') : ('', '');
 	my $scan = $node->background_psql('postgres', on_error_stop => 0);
 	my $before = $scan->query_until(qr/first/, qq{
 BEGIN ISOLATION LEVEL REPEATABLE READ;
@@ -217,7 +222,9 @@ SET LOCAL enable_seqscan = off;
 SET LOCAL enable_indexscan = on;
 EXPLAIN (COSTS OFF) SELECT 'row=' || b FROM ($rows) s(b);
 DECLARE c CURSOR FOR SELECT 'row=' || b FROM ($rows) s(b);
+$save
 FETCH 1 FROM c;
+$rollback
 \\echo first
 });
 	my ($seq) = $before =~ /^seq=(.*)$/m;
@@ -413,5 +420,79 @@ FROM amrtree_leaf_entries('w_b') e LEFT JOIN w ON w.ctid = e.tid}),
 	is($with, $without, "$where: the index answers after VACUUM");
 }
 is($primary->safe_psql('postgres', q{SELECT amrtree_check('w_b')}), 't', 'primary: amrtree_check');
+
+# ---- (f) a cursor fetched from in a savepoint that is rolled back
+#
+# A pin was released when the subtransaction it was taken in ended.  But a
+# cursor declared before a savepoint and fetched from inside it outlives
+# ROLLBACK TO, still holding the matches of the leaf it pinned: VACUUM (or
+# its replay) did not wait, and the cursor returned the deleted rows (60
+# where its snapshot sees 50).  A pin now belongs to the resource owner of
+# the portal that took it, as a buffer pin does.  A cursor declared inside
+# the savepoint is gone after ROLLBACK TO, and so is its pin: VACUUM does
+# not wait for it though its transaction is still open.
+for my $where ('primary', 'standby')
+{
+	my $node = $where eq 'primary' ? $primary : $standby;
+
+	$primary->safe_psql('postgres', q{
+DROP TABLE IF EXISTS w;
+CREATE TABLE w (id int, b box, pad text) WITH (autovacuum_enabled = off, fillfactor = 10);
+INSERT INTO w SELECT g, box(point(g * 0.01, 0), point(g * 0.01 + 0.005, 0.005)),
+  repeat('x', 400) FROM generate_series(0, 59) g;
+CREATE INDEX w_b ON w USING amrtree (b);
+VACUUM ANALYZE w;
+DELETE FROM w WHERE id % 2 = 1 AND id >= 40;});
+	$primary->wait_for_catchup($standby);
+
+	my ($scan, $before, $seq) = open_ios_cursor($node, $wrows, 1);
+	is(scalar(split / /, $seq), 50, "$where, savepoint: the snapshot sees 50 rows");
+	like($before, qr/^row=\(0\.005,0\.005\),\(0,0\)$/m,
+		"$where, savepoint: the cursor returned its first row inside the savepoint");
+	my $vacuum;
+	my $waiting = $startup_wait_event;
+	if ($where eq 'primary')
+	{
+		$vacuum = $primary->background_psql('postgres');
+		$vacuum->query_until(qr/started/, "\\echo started\nVACUUM (INDEX_CLEANUP ON) w;\n\\echo vacuumed\n");
+		$waiting = q{SELECT wait_event FROM pg_stat_activity
+			WHERE query LIKE 'VACUUM (INDEX_CLEANUP ON) w%' AND state = 'active'};
+	}
+	else
+	{
+		$primary->safe_psql('postgres', 'VACUUM (INDEX_CLEANUP ON) w');
+	}
+	is(extension_wait($node, $waiting), 'Extension',
+		"$where, savepoint: VACUUM waits for the cursor after ROLLBACK TO");
+	is(finish_ios_cursor($scan, $before), $seq,
+		"$where, savepoint: the cursor returns what the sequential scan returns in its snapshot");
+	if ($vacuum)
+	{
+		$vacuum->query_until(qr/vacuumed/, '');
+		$vacuum->quit;
+	}
+	$primary->wait_for_catchup($standby);
+}
+
+# the cursor of a rolled-back savepoint leaves no pin behind
+$primary->safe_psql('postgres', 'DELETE FROM w WHERE id < 10');
+my $holder = $primary->background_psql('postgres');
+$holder->query_safe(qq{
+BEGIN;
+SAVEPOINT s;
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off;
+DECLARE c CURSOR FOR $wrows;
+FETCH 1 FROM c;
+ROLLBACK TO s;});
+my $timed_out = 0;
+is($primary->psql('postgres', 'VACUUM (INDEX_CLEANUP ON) w', timeout => 60, timed_out => \$timed_out), 0,
+	'VACUUM does not wait for the cursor of a rolled-back savepoint');
+ok(!$timed_out, 'VACUUM finished within 60 s');
+$holder->query_safe('COMMIT');
+$holder->quit;
+my ($with, $without) = amr_with_and_without_index($primary, 'postgres',
+	"SELECT string_agg(b, ' ' ORDER BY b COLLATE \"C\") FROM ($wrows) s(b)");
+is($with, $without, 'the index answers after VACUUM');
 
 done_testing();
