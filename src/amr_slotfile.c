@@ -25,12 +25,13 @@
 
 #include "access/xlog.h"
 #include "miscadmin.h"
+#include "utils/guc.h"
 
 static bool slotfile_lost = false;
 static int	ssd_lock_fd = -1;	/* flock()ed for the postmaster's lifetime */
 
 /* the slot file (opened by the postmaster, inherited by every child) */
-AmrSsdIo	amr_ssd_io = {-1, AMR_IO_URING, AMR_SSD_SYNC_FDATASYNC, false, NULL, 0};
+AmrSsdIo	amr_ssd_io = {-1, AMR_IO_URING, AMR_SSD_SYNC_FDATASYNC, false, NULL, 0, 0};
 static uint32 ssd_nslots = 0;
 static char ssd_media[128];
 
@@ -90,6 +91,32 @@ amr_slotfile_forget_lock(void)
 	if (ssd_lock_fd >= 0)
 		close(ssd_lock_fd);
 	ssd_lock_fd = -1;
+}
+
+/*
+ * With amrtree.io_method = io_uring, check in the postmaster that a ring can
+ * be set up; every process it starts inherits the reason it cannot (a
+ * container's seccomp profile, kernel.io_uring_disabled, an old kernel).
+ * If not, say so once and set amrtree.io_method to sync, so that SHOW tells
+ * the truth and no process tries and fails again.  Each process would fall
+ * back by itself anyway (amr_ssd.c): this is about saying it.
+ */
+static void
+check_io_uring(void)
+{
+	int			rc;
+
+	if ((AmrIoMethod) amr_io_method_setting != AMR_IO_URING)
+		return;
+	rc = amr_ssd_uring_probe();
+	if (rc == 0)
+		return;
+	ereport(LOG,
+			(errmsg("amrtree: io_uring is not available, so the SSD tier is read and written with pread and pwrite"),
+			 errdetail("Setting up an io_uring ring failed: %s.", strerror(-rc)),
+			 errhint("Set amrtree.io_method = sync to skip the attempt, or allow io_uring "
+					 "(kernel.io_uring_disabled, the container's seccomp profile).")));
+	SetConfigOption("amrtree.io_method", "sync", PGC_POSTMASTER, PGC_S_OVERRIDE);
 }
 
 /*
@@ -303,6 +330,7 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 	}
 	amr_ssd_io.fd = fd;
 	amr_ssd_io.sync = (AmrSsdSync) amr_ssd_sync_setting;
+	check_io_uring();
 	ssd_nslots = (uint32) Min(h.nslots, (uint64) AMR_MAX_SLOTS);
 	snprintf(ssd_media, sizeof(ssd_media), "%s (%u slots, O_DIRECT, sync %s)", path, ssd_nslots,
 			 amr_ssd_io.sync == AMR_SSD_SYNC_FDATASYNC ? "fdatasync" :

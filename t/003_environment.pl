@@ -4,7 +4,8 @@
 # (refused) or held a moment longer by one on its way out (waited for),
 # a wiped pool with amrtree.auto_rebuild = off (queries skip
 # the index, writes succeed, the hint says REINDEX), a pool on an ordinary disk file, settings PostgreSQL rejects,
-# directories that do not exist, and an SSD tier being switched off.
+# directories that do not exist, an SSD tier being switched off, and
+# io_uring refused by a seccomp filter.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -275,5 +276,50 @@ ok($ssd->safe_psql('postgres', q{SELECT leaves FROM amrtree_tier_stats('t_b') WH
 	'turned back on, the SSD tier takes leaves again');
 is($ssd->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and the index is valid');
 $ssd->stop;
+
+# --- io_uring not allowed, as under Docker's default seccomp profile (since
+# 25.0) or kernel.io_uring_disabled: every read of an SSD leaf failed with
+# "Operation not permitted".  Now the postmaster finds out at start, says
+# so, and the SSD tier is read and written with pread/pwrite.  The server
+# is started under a seccomp filter that makes io_uring_setup fail with
+# EPERM (x86_64 numbers).
+SKIP:
+{
+	skip 'the seccomp filter is written for x86_64', 6 unless (POSIX::uname())[4] eq 'x86_64';
+	my $nouring = amr_node('nouring', conf => "amrtree.ssd_size = 16MB\namrtree.ssd_cache_size = 0\n");
+	# ld [nr]; jeq #425 (io_uring_setup); ret ERRNO(EPERM); ret ALLOW
+	my $filter_exec = q{
+		my $filter = pack('(SCCL)4', 0x20, 0, 0, 0, 0x15, 0, 1, 425,
+			0x06, 0, 0, 0x00050001, 0x06, 0, 0, 0x7fff0000);
+		my $prog = pack('S x6 P', 4, $filter);
+		syscall(157, 38, 1, 0, 0, 0) == 0 or die "PR_SET_NO_NEW_PRIVS: $!";
+		syscall(157, 22, 2, $prog) == 0 or die "PR_SET_SECCOMP: $!";
+		exec @ARGV or die "exec: $!";
+	};
+	{
+		local %ENV = $nouring->_get_env(PGAPPNAME => undef);
+		is(PostgreSQL::Test::Utils::system_log($^X, '-e', $filter_exec, 'pg_ctl', '-w',
+				'-D', $nouring->data_dir, '-l', $nouring->logfile, '-o', '--cluster-name=nouring', 'start'),
+			0, 'the server starts under a filter that refuses io_uring');
+		$nouring->_update_pid(1);
+	}
+	ok($nouring->log_contains('amrtree: io_uring is not available, so the SSD tier is read and written with pread and pwrite'),
+		'the postmaster says io_uring is not available');
+	is($nouring->safe_psql('postgres', q{SELECT setting || ' ' || source FROM pg_settings WHERE name = 'amrtree.io_method'}),
+		'sync override', 'and amrtree.io_method shows what is used');
+	$nouring->safe_psql('postgres', q{
+CREATE EXTENSION amrtree;
+CREATE TABLE t (id int, b box);
+INSERT INTO t SELECT i, box(point(i, 0), point(i + 0.5, 1)) FROM generate_series(1, 20000) i;
+CREATE INDEX t_b ON t USING amrtree (b) WITH (pmem_budget = '30%');
+SELECT amrtree_settle('t_b', 0);});
+	ok($nouring->safe_psql('postgres', q{SELECT leaves FROM amrtree_tier_stats('t_b') WHERE tier = 'ssd'}) > 0,
+		'leaves were written to the SSD tier');
+	my ($with, $without) = amr_with_and_without_index($nouring, 'postgres',
+		q{SELECT count(*) || ' ' || sum(id) FROM t WHERE b && '((100,0),(9000,1))'});
+	is($with, $without, 'and are read back from it: the index answers as a sequential scan');
+	is($nouring->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and the index is valid');
+	$nouring->stop;
+}
 
 done_testing();

@@ -27,27 +27,46 @@ amr_ssd_header_checksum(const AmrSsdHeader *h)
 	return amr_crc32c(&copy, sizeof(copy));
 }
 
-static int
-ring_init(AmrSsdIo *io)
+int
+amr_ssd_uring_probe(void)
+{
+	struct io_uring ring;
+	int			rc = io_uring_queue_init(AMR_RING_DEPTH, &ring, 0);
+
+	if (rc == 0)
+		io_uring_queue_exit(&ring);
+	return rc;
+}
+
+/*
+ * Does this process use pread/pwrite: by setting, or because it could not
+ * set up its ring (tried once; a process that cannot now will not later,
+ * and pread/pwrite are as correct, only slower)?
+ */
+static bool
+use_sync_io(AmrSsdIo *io)
 {
 	struct io_uring *ring;
 	int			rc;
 
+	if (io->method == AMR_IO_SYNC || io->ring_error < 0)
+		return true;
 	if (io->ring_ready)
-		return 0;
+		return false;
 	ring = calloc(1, sizeof(struct io_uring));
 	if (ring == NULL)
-		return -ENOMEM;
+		return true;			/* try again next time */
 	rc = io_uring_queue_init(AMR_RING_DEPTH, ring, 0);
 	if (rc < 0)
 	{
 		free(ring);
-		return rc;
+		io->ring_error = rc;
+		return true;
 	}
 	io->ring = ring;
 	io->depth = AMR_RING_DEPTH;
 	io->ring_ready = true;
-	return 0;
+	return false;
 }
 
 void
@@ -119,7 +138,7 @@ transfer_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n,
 	int			first_error = 0;
 	int			i;
 
-	if (io->method == AMR_IO_SYNC)
+	if (use_sync_io(io))
 	{
 		for (i = 0; i < n; i++)
 		{
@@ -133,8 +152,6 @@ transfer_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n,
 		return 0;
 	}
 
-	if ((first_error = ring_init(io)) < 0)
-		return first_error;
 	ring = (struct io_uring *) io->ring;
 
 	for (i = 0; i < n; i += io->depth)
@@ -221,7 +238,7 @@ amr_ssd_write_slot(AmrSsdIo *io, uint32_t slot, const void *buf, bool sync)
 	int			n = (sync && io->sync == AMR_SSD_SYNC_FDATASYNC) ? 2 : 1;
 	int			first_error = 0;
 
-	if (io->method == AMR_IO_SYNC)
+	if (use_sync_io(io))
 	{
 		rc = pwrite_full(io->fd, buf, amr_ssd_offset(slot));
 		if (rc < 0)
@@ -231,8 +248,6 @@ amr_ssd_write_slot(AmrSsdIo *io, uint32_t slot, const void *buf, bool sync)
 		return 0;
 	}
 
-	if ((rc = ring_init(io)) < 0)
-		return rc;
 	ring = (struct io_uring *) io->ring;
 	sqe = io_uring_get_sqe(ring);
 	io_uring_prep_write(sqe, io->fd, buf, AMR_SLOT_SIZE, amr_ssd_offset(slot));

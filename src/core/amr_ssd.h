@@ -57,6 +57,8 @@ typedef struct AmrSsdIo
 	bool		ring_ready;
 	void	   *ring;			/* struct io_uring, allocated on first use */
 	int			depth;
+	int			ring_error;		/* -errno: no ring in this process, so
+								 * pread/pwrite; 0: none seen */
 } AmrSsdIo;
 
 static inline uint64_t
@@ -71,7 +73,8 @@ extern uint32_t amr_ssd_header_checksum(const AmrSsdHeader *h);
 /*
  * Read n slots into n 4 KiB-aligned buffers.  With io_uring all n reads are
  * submitted before waiting for any (queue depth n).  Returns 0, or -errno;
- * a short read returns -EIO.
+ * a short read returns -EIO.  If this process cannot set up a ring, this
+ * and the writes below use pread/pwrite (io->ring_error says why).
  */
 extern int	amr_ssd_read_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs,
 							   int n);
@@ -97,5 +100,12 @@ extern int	amr_ssd_sync(AmrSsdIo *io);
 
 /* Tear down the ring (process exit). */
 extern void amr_ssd_io_close(AmrSsdIo *io);
+
+/*
+ * Can this process set up an io_uring ring?  Returns 0, or the -errno of
+ * the failure (a seccomp profile, kernel.io_uring_disabled, a kernel
+ * without it).  The ring is torn down again.
+ */
+extern int	amr_ssd_uring_probe(void);
 
 #endif							/* AMR_SSD_H */
