@@ -341,6 +341,21 @@ amrtree_float4_bbox(PG_FUNCTION_ARGS)
 		PG_RETURN_BOX_P(b);
 	}
 	*b = *DatumGetBoxP(result);
+
+	/*
+	 * A NaN coordinate: PostGIS takes a float4 box whose xmin is NaN for an
+	 * EMPTY one, and "@" holds for EMPTY within anything not EMPTY -- so
+	 * POINT(NaN 5) @ any envelope, whatever its y.  The key's other sides
+	 * would prune it (amr_fbox_from_box keeps them), so such a value gets the
+	 * key of an empty geometry: all NaN, never pruned, and decided by the
+	 * operator itself.  Any NaN, not only xmin's, so as not to depend on
+	 * which side PostGIS looks at.
+	 */
+	if (isnan(b->low.x) || isnan(b->low.y) || isnan(b->high.x) || isnan(b->high.y))
+	{
+		b->low.x = b->low.y = b->high.x = b->high.y = get_float8_nan();
+		PG_RETURN_BOX_P(b);
+	}
 	b->low.x = float4_floor(b->low.x);
 	b->low.y = float4_floor(b->low.y);
 	b->high.x = float4_ceil(b->high.x);
