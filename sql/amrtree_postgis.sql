@@ -185,6 +185,43 @@ FROM pg_ops, (VALUES (ST_MakeEnvelope(0, 1010, 0.5, 1010.5)), (ST_MakeEnvelope(2
               ('POINT(7 1040)'::geometry)) w(q);
 SELECT pg_ids('pg_nan', '@', ST_MakeEnvelope(0, 1010, 0.5, 1010.5), 'index') AS contained_by;
 
+-- an exclusion constraint: keys of no subtype, holding a geometry.  Rows
+-- of pg_geo in turn into an amrtree constrained table, and into a plain one
+-- when a sequential scan finds no row it overlaps: the same ones accepted
+-- (GiST's differ: its && on empty, NaN and infinite boxes is its own)
+CREATE TABLE pg_ex_amr (id int, g geometry, EXCLUDE USING amrtree (g WITH &&));
+CREATE TABLE pg_ex_plain (id int, g geometry);
+CREATE FUNCTION pg_ex_fill(tbl text) RETURNS int[] LANGUAGE plpgsql AS $$
+DECLARE
+  accepted int[] := '{}';
+  taken boolean;
+BEGIN
+  FOR i IN 1 .. 300 LOOP
+    IF tbl = 'pg_ex_plain' THEN
+      PERFORM set_config('enable_indexscan', 'off', true);
+      PERFORM set_config('enable_bitmapscan', 'off', true);
+      SELECT EXISTS (SELECT 1 FROM pg_ex_plain p, pg_geo n WHERE n.id = i * 13 AND p.g && n.g) INTO taken;
+      IF NOT taken THEN
+        INSERT INTO pg_ex_plain SELECT i, g FROM pg_geo WHERE id = i * 13;
+        accepted := accepted || i;
+      END IF;
+      CONTINUE;
+    END IF;
+    BEGIN
+      EXECUTE format('INSERT INTO %I SELECT %s, g FROM pg_geo WHERE id = %s', tbl, i, i * 13);
+      accepted := accepted || i;
+    EXCEPTION WHEN exclusion_violation THEN NULL;
+    END;
+  END LOOP;
+  PERFORM set_config('enable_indexscan', 'on', true);
+  PERFORM set_config('enable_bitmapscan', 'on', true);
+  RETURN accepted;
+END $$;
+SELECT pg_ex_fill('pg_ex_amr') = pg_ex_fill('pg_ex_plain') AS same_accepted,
+       (SELECT count(*) FROM pg_ex_amr) < 300 AS some_refused;
+DROP TABLE pg_ex_amr, pg_ex_plain;
+DROP FUNCTION pg_ex_fill(text);
+
 DROP TABLE pg_geo, pg_amr, pg_gist, pg_q, pg_ops, pg_result, pg_knn_result, pg_nan;
 DROP FUNCTION pg_ids(text, text, geometry, text);
 DROP FUNCTION pg_knn(text, text, geometry, int, text);

@@ -334,6 +334,7 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 	{
 		ScanKey		sk = &scan->keyData[i];
 		AmrScanKey *k;
+		Oid			subtype;
 
 		if (sk->sk_flags & SK_ISNULL)
 		{
@@ -346,14 +347,17 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 			continue;
 		}
 		k = &so->keys[so->nkeys];
+		/* no subtype: a value of the indexed column (exclusion constraints) */
+		subtype = OidIsValid(sk->sk_subtype) ? sk->sk_subtype :
+			scan->indexRelation->rd_opcintype[0];
 		so->lossy[so->nkeys] = amr_scankey_from_pg(scan->indexRelation, sk->sk_strategy,
-												   sk->sk_subtype, sk->sk_argument,
+												   subtype, sk->sk_argument,
 												   &so->bbox_fns[so->nkeys],
 												   so->scan_cxt, k);
 		so->recheck |= so->lossy[so->nkeys] && !so->key_exact;
 		so->float4_overlap[so->nkeys] = so->lossy[so->nkeys] && !so->key_exact &&
 			amr_strategy_relation(sk->sk_strategy) == AMR_STRAT_OVERLAP &&
-			sk->sk_subtype == scan->indexRelation->rd_opcintype[0] &&
+			subtype == scan->indexRelation->rd_opcintype[0] &&
 			float4_box_is_ordinary(&k->query) &&
 			is_float4_box_overlap(sk->sk_func.fn_oid);
 		so->pgkeys[so->nkeys] = sk;
