@@ -160,8 +160,25 @@ SET enable_bitmapscan = off;
 EXPLAIN (COSTS OFF) SELECT v FROM oc_pt WHERE v <@ box '(0,0),(1,1)';
 EXPLAIN (COSTS OFF) SELECT v FROM oc_poly WHERE v && polygon '(0,0),(1,1),(1,0)';
 SELECT count(*) FROM oc_pt WHERE v <@ box '(0,0),(10,10)';
+-- a query that reads no column gets an index-only scan even where the
+-- class cannot return one: the column is NULL (it raised "missing support
+-- function 2"), and every row is counted
+EXPLAIN (COSTS OFF) SELECT count(*) FROM oc_poly;
+CREATE TEMP TABLE oc_ios_counts AS
+SELECT (SELECT count(*) FROM oc_poly) AS poly, (SELECT count(*) FROM oc_circle) AS circle,
+       EXISTS (SELECT 1 FROM oc_circle) AS any_circle;
 RESET enable_seqscan;
 RESET enable_bitmapscan;
+SET enable_indexscan = off;
+SET enable_indexonlyscan = off;
+SET enable_bitmapscan = off;
+SELECT poly = (SELECT count(*) FROM oc_poly) AS poly_counted,
+       circle = (SELECT count(*) FROM oc_circle) AS circle_counted, any_circle
+FROM oc_ios_counts;
+RESET enable_indexscan;
+RESET enable_indexonlyscan;
+RESET enable_bitmapscan;
+DROP TABLE oc_ios_counts;
 
 -- ---- KNN ----
 -- The first k rows by "v <-> q" with only the given scan allowed (an

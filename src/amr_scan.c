@@ -827,6 +827,14 @@ set_index_tuple(IndexScanDesc scan, const AmrBox *key, bool isnull)
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
 	char	   *data;
 
+	/*
+	 * A class whose key is not the value (polygons, circles, geometries) has
+	 * no column to return; the planner chose an index-only scan anyway
+	 * because the query reads no column (SELECT count(*)), so NULL will do,
+	 * as GiST returns it.
+	 */
+	if (!so->key_exact)
+		isnull = true;
 	if (isnull || so->itup_template == NULL)
 	{
 		form_index_tuple(scan, key, isnull);
