@@ -150,6 +150,15 @@ add_first_leaf(Relation index, AmrTree *t, const AmrLeafEntry *e, bool nulls,
 			/* the root node gets its first entry */
 			root = nulls ? t->null_root : t->root;
 			leaf_id = r.new_leaf;
+
+			/*
+			 * A scan of the empty side locked only the root.  The next insert
+			 * there goes into this leaf without widening the root, and checks
+			 * the leaf alone: give the leaf the root's locks, as a split
+			 * gives the new half the old one's.
+			 */
+			PredicateLockPageSplit(index, amr_pred_node_block(root),
+								   amr_pred_leaf_block(leaf_id));
 			START_CRIT_SECTION();
 			amr_leaf_first_commit(index, t, e, img, nulls, &r);
 			amr_counter_add(&t->nentries, 1);
