@@ -90,6 +90,36 @@ CREATE INDEX CONCURRENTLY m_cic ON m USING amrtree (b);
 SELECT amrtree_check('m_cic');
 SELECT entries FROM amrtree_index_stats('m_cic');
 
+-- amrtree_check in a transaction that drops or rewrites another amrtree
+-- index: the old tree is still in the pool, no longer in our catalog
+-- snapshot, and is not a leaked tree (it said so)
+CREATE TABLE m3 (b box);
+CREATE INDEX m3_b ON m3 USING amrtree (b);
+BEGIN;
+DROP INDEX m3_b;
+SELECT amrtree_check('m_cic');
+ROLLBACK;
+BEGIN;
+TRUNCATE m3;
+SELECT amrtree_check('m_cic');
+ROLLBACK;
+BEGIN;
+REINDEX INDEX m3_b;
+SELECT amrtree_check('m_cic');
+ROLLBACK;
+DROP TABLE m3;
+
+-- an index left invalid by a failed CREATE INDEX CONCURRENTLY is not
+-- rebuilt in the background, and says so
+CREATE FUNCTION m_boom(box) RETURNS box LANGUAGE plpgsql IMMUTABLE AS
+  $$ BEGIN IF $1 ~= box '(300,1),(301,0)' THEN RAISE 'boom'; END IF; RETURN $1; END $$;
+CREATE INDEX CONCURRENTLY m_invalid ON m USING amrtree (m_boom(b));
+SELECT indisvalid FROM pg_index WHERE indexrelid = 'm_invalid'::regclass;
+SELECT status FROM amrtree_index_stats('m_invalid');
+SELECT amrtree_check('m_invalid');
+DROP INDEX m_invalid;
+DROP FUNCTION m_boom(box);
+
 -- DROP TABLE frees every index of it
 SELECT leaf_ids_used AS before_drop FROM amrtree_pool_stats() \gset
 SELECT (SELECT leaves FROM amrtree_index_stats('m_b')) + (SELECT leaves FROM amrtree_index_stats('m_cic'))

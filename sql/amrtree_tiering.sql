@@ -8,6 +8,7 @@ CREATE INDEX tb_bad ON tb USING amrtree (b) WITH (pmem_budget = 'lots');
 CREATE INDEX tb_bad ON tb USING amrtree (b) WITH (pmem_budget = '0%');
 CREATE INDEX tb_bad ON tb USING amrtree (b) WITH (pmem_budget = '101%');
 CREATE INDEX tb_bad ON tb USING amrtree (b) WITH (pmem_budget = '-5MB');
+CREATE INDEX tb_bad ON tb USING amrtree (b) WITH (pmem_budget = '0.5');
 CREATE INDEX tb_bad ON tb USING amrtree (b) WITH (pmem_budget = '10XB');
 CREATE INDEX tb_bad ON tb USING amrtree (b) WITH (tiering = maybe);
 CREATE INDEX tb_a ON tb USING amrtree (b) WITH (pmem_budget = '20%');

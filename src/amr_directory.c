@@ -420,6 +420,10 @@ tree_missing(Relation index, const char *why)
 			 errhint("Copy the primary's pool to this standby (see \"Hot standby\" in the amrtree user guide), or REINDEX INDEX %s on the primary.",
 					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(index)),
 												RelationGetRelationName(index))) :
+			 !index->rd_index->indisvalid ?
+			 errhint("The index is invalid (a CREATE INDEX CONCURRENTLY or REINDEX CONCURRENTLY that failed or is still running), and the background rebuild leaves it alone: drop it, or rebuild it with REINDEX INDEX %s;",
+					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(index)),
+												RelationGetRelationName(index))) :
 			 amr_auto_rebuild ?
 			 errhint("amrtree rebuilds it in the background (see amrtree_index_stats); queries do not use it meanwhile.  To rebuild it now: REINDEX INDEX %s;",
 					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(index)),

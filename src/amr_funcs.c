@@ -19,6 +19,7 @@
 #include "catalog/index.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_inherits.h"
+#include "catalog/storage.h"
 #include "commands/defrem.h"
 #include "funcapi.h"
 #include "utils/pg_lsn.h"
@@ -141,12 +142,32 @@ open_for_inspection(Oid indexoid, AmrInspect what, LOCKMODE lockmode)
 		if (get_rel_relkind(ioid) != RELKIND_INDEX)
 			continue;			/* a partitioned index in between */
 		toid = IndexGetRelation(ioid, true);
-		if (!OidIsValid(toid) || (heap = try_relation_open(toid, lockmode)) == NULL)
-			continue;			/* a partition dropped meanwhile */
-		index = try_relation_open(ioid, lockmode);
-		relation_close(heap, NoLock);
+		heap = OidIsValid(toid) ? try_relation_open(toid, lockmode) : NULL;
+		index = heap != NULL ? try_relation_open(ioid, lockmode) : NULL;
+		if (heap != NULL)
+			relation_close(heap, NoLock);
 		if (index == NULL)
+		{
+			/* dropped while we waited for its lock: a partition is skipped */
+			if (relkind == RELKIND_PARTITIONED_INDEX)
+				continue;
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_TABLE),
+					 errmsg("relation with OID %u does not exist", indexoid)));
+		}
+
+		/* the partitions' owners may differ: skip theirs, as VACUUM does */
+		if (what == AMR_INSPECT_OWNER && ioid != indexoid &&
+			!pg_class_ownercheck(ioid, GetUserId()))
+		{
+			ereport(WARNING,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied for index \"%s\", skipping it",
+							RelationGetRelationName(index)),
+					 errdetail("Only its owner can settle it.")));
+			relation_close(index, lockmode);
 			continue;
+		}
 		result = lappend(result, index);
 	}
 
@@ -340,13 +361,22 @@ check_orphan_trees(Relation index)
 {
 	AmrStore   *s = &amr_store;
 	uint32		tn;
+	RelFileNode *dropping;
+	int			ndropping;
 
+	/*
+	 * The relation files this transaction drops at commit (DROP INDEX,
+	 * TRUNCATE, REINDEX, ...): our catalog snapshot no longer names them,
+	 * while their trees are counted as dropping only when the commit begins.
+	 */
+	ndropping = smgrGetPendingDeletes(true, &dropping);
 	for (tn = 0; tn < AMR_MAX_TREES; tn++)
 	{
 		AmrTreeRecord *rec = &s->tree_records[tn];
 		Oid			spc;
 		uint32		generation = rec->generation;
 		int			attempt;
+		int			i;
 		bool		found = false;
 
 		/* temporary trees are other backends' business, gone at restart */
@@ -354,6 +384,9 @@ check_orphan_trees(Relation index)
 			(rec->flags & AMR_TREE_FLAG_TEMP) ||
 			amr_sync_read(&s->trees[tn].drops_pending) > 0)
 			continue;
+		for (i = 0; i < ndropping && !found; i++)
+			found = dropping[i].relNode == rec->relfilenode &&
+				dropping[i].spcNode == rec->spc_oid && dropping[i].dbNode == rec->db_oid;
 		/* pg_class says 0 for the database's default tablespace */
 		spc = rec->spc_oid == MyDatabaseTableSpace ? InvalidOid : rec->spc_oid;
 		for (attempt = 0; attempt < 2 && !found; attempt++)
@@ -371,6 +404,8 @@ check_orphan_trees(Relation index)
 			corrupted(index, "Tree %u (relfilenode %u of this database) belongs to no index (a leaked tree).",
 					  tn, rec->relfilenode);
 	}
+	if (ndropping > 0)
+		pfree(dropping);
 }
 
 /* The WAL position a Leaf Table lsn_hint stands for (0: unknown). */
@@ -611,6 +646,7 @@ amrtree_index_stats(PG_FUNCTION_ARGS)
 			if (use == AMR_USE_DAMAGED || status == NULL)
 				status = use == AMR_USE_DAMAGED ? "damaged" :
 					RecoveryInProgress() ? "no tree" :
+					!((Relation) lfirst(lc))->rd_index->indisvalid ? "invalid (DROP or REINDEX)" :
 					amr_auto_rebuild ? "rebuilding" : "no tree (REINDEX)";
 			continue;
 		}

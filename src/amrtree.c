@@ -492,8 +492,12 @@ amr_parse_budget(const char *s, AmrBudgetKind *kind, double *value)
 		unit = 1024.0 * 1024.0 * 1024.0 * 1024.0;
 	else
 		return AMR_BUDGET_PARSE_SYNTAX;
-	/* an overflowing strtod sets errno; infinities and 2^63 and up do not fit */
-	if (errno != 0 || !(v > 0) || !(v * unit < 9223372036854775808.0))
+
+	/*
+	 * an overflowing strtod sets errno; infinities and 2^63 and up do not
+	 * fit; less than a byte would be a budget of none, which 0 is refused as
+	 */
+	if (errno != 0 || !(v * unit >= 1.0) || !(v * unit < 9223372036854775808.0))
 		return AMR_BUDGET_PARSE_RANGE;
 	*kind = AMR_BUDGET_BYTES;
 	*value = v * unit;
@@ -523,7 +527,7 @@ validate_budget(const char *value)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("value for amrtree option \"pmem_budget\" is out of range: \"%s\"", value),
-					 errdetail("A percentage must be more than 0%% and at most 100%%; a size must be more than 0 and less than 8 EB (2^63 bytes)."),
+					 errdetail("A percentage must be more than 0%% and at most 100%%; a size must be at least 1 byte and less than 8 EB (2^63 bytes)."),
 					 errhint("Use \"unlimited\" for no budget.")));
 			break;
 	}
