@@ -23,8 +23,9 @@ SELECT count(*) FROM amrtree_leaf_table('priv_t_b');
 SELECT leaves > 0 AS has_leaves, entries FROM amrtree_index_stats('priv_t_b');
 SELECT tier, leaves >= 0 AS ok FROM amrtree_tier_stats('priv_t_b') ORDER BY tier;
 SELECT promotions >= 0 AS ok FROM amrtree_migration_stats('priv_t_b');
+-- checking (it holds the index's inserts) and moving leaves need
+-- ownership of the index
 SELECT amrtree_check('priv_t_b');
--- moving leaves needs ownership of the index
 SELECT amrtree_settle('priv_t_b', 0);
 -- cluster-wide monitoring: pg_monitor, through GRANT
 SELECT count(*) FROM amrtree_pool_stats();
@@ -75,6 +76,8 @@ REVOKE EXECUTE ON FUNCTION amrtree_leaf_entries(regclass) FROM amr_limited;
 ALTER TABLE priv_t OWNER TO amr_owner;
 SET ROLE amr_owner;
 SELECT amrtree_settle('priv_t_b', 0) >= 0 AS settled;
+-- an owner who is not a superuser checks the index's tree, not the pool
+SELECT amrtree_check('priv_t_b');
 RESET ROLE;
 ALTER TABLE priv_t OWNER TO CURRENT_USER;
 
