@@ -7,8 +7,10 @@
 --    include other sessions' uncommitted rows) are for superusers, as
 --    pageinspect's are, and refuse tables with row-level security in force
 --    for the caller; an administrator may GRANT them;
---  * amrtree_settle, which makes the tier manager move leaves, needs
---    ownership of the index;
+--  * amrtree_settle, which makes the tier manager move leaves, and
+--    amrtree_check, which holds the index's inserts while it runs, need
+--    ownership of the index (checked in C; the check's pool-wide part runs
+--    for superusers only);
 --  * cluster-wide monitoring is granted to pg_monitor here, not checked in
 --    C, so that administrators can GRANT or REVOKE it.
 
