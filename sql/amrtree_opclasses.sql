@@ -336,6 +336,35 @@ SELECT count(*) AS comparisons,
        count(*) FILTER (WHERE oc_ids(tbl, op, q, qtype, 'index') <> oc_ids(tbl, op, q, qtype, 'seq')) AS index_vs_seq
 FROM oc_q WHERE tbl = 'oc_pt';
 
+-- a NULL key takes no place among the scan's keys, so the keys after it
+-- shift; the bounding-box function cached for a key's type followed the
+-- place, not the key, and a polygon was read as a circle on the next
+-- rescan (rows missing, or an overflow error).  Every rescan of the bitmap
+-- scan below runs with one element of the array.
+SET enable_indexscan = off;
+SET enable_bitmapscan = off;
+CREATE TEMP TABLE oc_shift AS
+SELECT (SELECT count(*) FROM oc_pt WHERE v <@ ANY (ARRAY[NULL, polygon '((0,0),(0,5),(6,5),(6,0))'])
+          AND v <@ circle '<(3,2),4>') AS seq;
+RESET enable_bitmapscan;
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT count(*) FROM oc_pt
+WHERE v <@ ANY (ARRAY[NULL, polygon '((0,0),(0,5),(6,5),(6,0))']) AND v <@ circle '<(3,2),4>';
+SELECT seq > 0 AS found, seq = (SELECT count(*) FROM oc_pt
+  WHERE v <@ ANY (ARRAY[NULL, polygon '((0,0),(0,5),(6,5),(6,0))']) AND v <@ circle '<(3,2),4>') AS same
+FROM oc_shift;
+RESET enable_seqscan;
+RESET enable_indexscan;
+DROP TABLE oc_shift;
+-- a circle whose box is beyond the float8 range: the planner computes the
+-- box for its estimate, and an overflow error there failed every plan
+SET enable_indexscan = off;
+SET enable_bitmapscan = off;
+SELECT count(*) > 0 AS answered FROM oc_pt WHERE v <@ circle '<(1e308,0),1e308>';
+SELECT count(*) > 0 AS answered FROM oc_circle WHERE v && circle '<(1e308,0),1e308>';
+RESET enable_indexscan;
+RESET enable_bitmapscan;
+
 -- exclusion constraints on every class: PostgreSQL checks them with scan
 -- keys of no subtype, holding a value of the column's type (these were
 -- taken for boxes, and points, polygons and circles that conflicted were

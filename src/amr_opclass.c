@@ -234,7 +234,11 @@ amrtree_poly_bbox(PG_FUNCTION_ARGS)
 
 /*
  * A circle's box: centre +/- radius, the box GiST's circle_ops keeps (core's
- * box(circle) is the inscribed box, which is not a bound).
+ * box(circle) is the inscribed box, which is not a bound).  Unlike GiST's,
+ * a sum beyond the float8 range is infinite rather than an error: the box
+ * is a bound either way, and the planner computes it for every query
+ * argument (amr_cost.c) -- an error there failed the query whatever plan
+ * it would have chosen, sequential scans included.
  */
 Datum
 amrtree_circle_bbox(PG_FUNCTION_ARGS)
@@ -242,10 +246,10 @@ amrtree_circle_bbox(PG_FUNCTION_ARGS)
 	CIRCLE	   *c = PG_GETARG_CIRCLE_P(0);
 	BOX		   *b = (BOX *) palloc(sizeof(BOX));
 
-	b->low.x = float8_mi(c->center.x, c->radius);
-	b->low.y = float8_mi(c->center.y, c->radius);
-	b->high.x = float8_pl(c->center.x, c->radius);
-	b->high.y = float8_pl(c->center.y, c->radius);
+	b->low.x = c->center.x - c->radius;
+	b->low.y = c->center.y - c->radius;
+	b->high.x = c->center.x + c->radius;
+	b->high.y = c->center.y + c->radius;
 	PG_RETURN_BOX_P(b);
 }
 

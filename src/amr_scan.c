@@ -64,7 +64,10 @@ typedef struct AmrScanOpaqueData
 	ScanKey    *pgkeys;			/* parallel to keys, for NaN queries */
 	bool	   *lossy;			/* parallel to keys: bounding-box filter only */
 	bool	   *float4_overlap; /* parallel to keys: decided on the float4 box */
-	FmgrInfo   *bbox_fns;		/* parallel to keys: query argument -> box */
+	FmgrInfo   *bbox_fns;		/* parallel to scan->keyData (not keys[]: a
+								 * NULL key takes no place there, and the
+								 * others' places shift from rescan to
+								 * rescan): query argument -> box */
 	bool		recheck;		/* some key is lossy: executor rechecks */
 	bool		key_exact;		/* a key determines the value (box, point) */
 	bool		want_box_side;
@@ -352,7 +355,7 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 			scan->indexRelation->rd_opcintype[0];
 		so->lossy[so->nkeys] = amr_scankey_from_pg(scan->indexRelation, sk->sk_strategy,
 												   subtype, sk->sk_argument,
-												   &so->bbox_fns[so->nkeys],
+												   &so->bbox_fns[i],
 												   so->scan_cxt, k);
 		so->recheck |= so->lossy[so->nkeys] && !so->key_exact;
 		so->float4_overlap[so->nkeys] = so->lossy[so->nkeys] && !so->key_exact &&
