@@ -85,6 +85,32 @@ on_history(TimeLineID tli, XLogRecPtr lsn, TimeLineID to, XLogRecPtr limit)
 	return found;
 }
 
+/*
+ * Where timeline tli ends on the history that leads to timeline "to" (tli
+ * an ancestor of it): the switch point.  InvalidXLogRecPtr if tli is not on
+ * that history.
+ */
+static XLogRecPtr
+switch_point_toward(TimeLineID tli, TimeLineID to)
+{
+	List	   *history = readTimeLineHistory(to);
+	ListCell   *lc;
+	XLogRecPtr	end = InvalidXLogRecPtr;
+
+	foreach(lc, history)
+	{
+		TimeLineHistoryEntry *e = (TimeLineHistoryEntry *) lfirst(lc);
+
+		if (e->tli == tli && e->tli != to)
+		{
+			end = e->end;
+			break;
+		}
+	}
+	list_free_deep(history);
+	return end;
+}
+
 static void
 persist_lineage(AmrPoolHeader *hdr)
 {
@@ -181,23 +207,37 @@ amr_lineage_note(XLogRecPtr end, TimeLineID tli, bool replaying)
 	if (replaying && hdr->check_tli != 0)
 	{
 		static TimeLineID judged_tli = 0;
+		static XLogRecPtr judged_until = InvalidXLogRecPtr;
 
 		if (tli == hdr->check_tli)
 		{
 			if (end >= hdr->check_extent)
 				clear_check(hdr);
+			return true;
 		}
-		else if (tli != judged_tli)
+		if (tli != judged_tli)
 		{
-			/* a later timeline: it branched off after the extent, or before */
 			judged_tli = tli;
+
+			/* a later timeline: it branched off after the extent, or before */
 			if (on_history(hdr->check_tli, hdr->check_extent, tli, InvalidXLogRecPtr))
-				clear_check(hdr);
-			else
 			{
-				reset_pool(tli, end, psprintf("replay follows timeline %u, which branched off before it", tli));
-				return false;
+				clear_check(hdr);
+				return true;
 			}
+
+			/*
+			 * Or an earlier one that leads to the extent's: a cascaded
+			 * standby restarted after a crash resumes at a restartpoint from
+			 * before its upstream's promotion, on the old timeline, and
+			 * follows it to the switch point (this gave its pool up).
+			 */
+			judged_until = switch_point_toward(tli, hdr->check_tli);
+		}
+		if (XLogRecPtrIsInvalid(judged_until) || end > judged_until)
+		{
+			reset_pool(tli, end, psprintf("replay follows timeline %u, which branched off before it", tli));
+			return false;
 		}
 	}
 	return true;

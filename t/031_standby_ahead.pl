@@ -18,7 +18,8 @@
 # it): the extent comes from the WAL in pg_wal.  And the same for a pool
 # upgraded from format version 2, which records no extent
 # (upgrade:extent_unknown stands in for the upgrade).  A promotion
-# afterwards finds the extents reached.
+# afterwards finds the extents reached, and a cascaded standby that a crash
+# sends back to the old timeline keeps its pool.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -149,11 +150,42 @@ restart_with_unknown_extent('upgrade:extent_unknown', 'id % 5 = 0',
 	qr/does not record where in the WAL its contents come from; taking/,
 	'after an "upgrade"');
 
+# a cascaded standby of the standby, for the promotion below
+$standby->backup('sb');
+my $cascade = PostgreSQL::Test::Cluster->new('sa_c');
+$cascade->init_from_backup($standby, 'sb', has_streaming => 1);
+$cascade->start;
+# amrtree records on the old timeline after the cascaded standby's last
+# restartpoint, which its replay will go through again
+$primary->safe_psql('postgres', 'INSERT INTO trips SELECT id + 8000000, b, t FROM trips WHERE id % 13 = 5');
+$primary->wait_for_catchup($standby);
+$standby->wait_for_catchup($cascade, 'replay', $standby->lsn('replay'));
+
 # the raised extents are WAL this data directory has: promotion keeps the pool
 $standby->promote;
 $standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
   or die 'the standby did not finish its promotion';
 $standby->safe_psql('postgres', 'INSERT INTO trips SELECT id + 9000000, b, t FROM trips WHERE id % 11 = 3');
+
+# The cascaded standby follows its upstream onto the new timeline and
+# replays the insert there; stopped by a crash, it resumes at its last
+# restartpoint, from before the promotion, on the old timeline -- which
+# leads to its pool's extent on the new one.  It took that for a timeline
+# that branched off before the extent and gave its pool up (the indexes
+# unusable there until a promotion rebuilt them).
+$standby->wait_for_catchup($cascade, 'replay', $standby->lsn('insert'));
+is($cascade->safe_psql('postgres', 'SELECT timeline_id FROM pg_control_checkpoint()'), '1',
+	'the cascaded standby restarts from before the timeline switch');
+$cascade->stop('immediate');
+$cascade->start;
+$standby->wait_for_catchup($cascade, 'replay', $standby->lsn('insert'));
+is($cascade->safe_psql('postgres', q{SELECT status FROM amrtree_index_stats('trips_b')}), 'ok',
+	'the cascaded standby uses the index once replay passes its pool');
+($m, $i) = amrwal_parity($cascade, 'trips');
+is($m, 0, "on the cascaded standby, every strategy agrees with a sequential scan ($i)");
+unlike(slurp_file($cascade->logfile), qr/holds changes this data directory's WAL does not lead to/,
+	'the cascaded standby kept its pool');
+$cascade->stop;
 ($m, $i) = amrwal_parity($standby, 'trips');
 is($m, 0, "after promotion, every strategy agrees with a sequential scan ($i)");
 is(amrwal_check($standby, 'trips_b'), 't', 'amrtree_check after promotion');
