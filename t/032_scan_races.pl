@@ -351,13 +351,13 @@ $standby->append_conf('postgresql.conf', "max_standby_streaming_delay = -1\n");
 $standby->reload;
 my $wwin = q{box '((-1,-1),(10,10))'};
 my $wrows = "SELECT b::text FROM w WHERE b && $wwin";
-for my $where ('primary', 'standby')
-{
-	my $node = $where eq 'primary' ? $primary : $standby;
 
-	# 60 rows in one leaf, one row a heap page (fillfactor), so that the
-	# deleted rows' pages hold nothing else and go all-visible in VACUUM;
-	# the scan's first row is on a page that stays all-visible (no heap pin)
+# Parts (d)-(f): 60 rows in one leaf, one row a heap page (fillfactor), so
+# that the deleted rows' pages hold nothing else and go all-visible in
+# VACUUM; the scan's first row is on a page that stays all-visible (no heap
+# pin).  Made on the primary, replayed on the standby.
+sub make_w
+{
 	$primary->safe_psql('postgres', q{
 DROP TABLE IF EXISTS w;
 CREATE TABLE w (id int, b box, pad text) WITH (autovacuum_enabled = off, fillfactor = 10);
@@ -367,6 +367,39 @@ CREATE INDEX w_b ON w USING amrtree (b);
 VACUUM ANALYZE w;
 DELETE FROM w WHERE id % 2 = 1 AND id >= 40;});
 	$primary->wait_for_catchup($standby);
+}
+
+# VACUUM of w for a cursor on $where: on the primary in a session of its
+# own, to be finished with finish_vacuum_w; for the standby through replay.
+# Also returns the query that shows what VACUUM (or the startup process)
+# waits on.
+sub start_vacuum_w
+{
+	my ($where) = @_;
+	if ($where eq 'primary')
+	{
+		my $vacuum = $primary->background_psql('postgres');
+		$vacuum->query_until(qr/started/, "\\echo started\nVACUUM (INDEX_CLEANUP ON) w;\n\\echo vacuumed\n");
+		return ($vacuum, q{SELECT wait_event FROM pg_stat_activity
+			WHERE query LIKE 'VACUUM (INDEX_CLEANUP ON) w%' AND state = 'active'});
+	}
+	$primary->safe_psql('postgres', 'VACUUM (INDEX_CLEANUP ON) w');
+	return (undef, $startup_wait_event);
+}
+
+sub finish_vacuum_w
+{
+	my ($vacuum) = @_;
+	return unless $vacuum;
+	$vacuum->query_until(qr/vacuumed/, '');
+	$vacuum->quit;
+}
+
+for my $where ('primary', 'standby')
+{
+	my $node = $where eq 'primary' ? $primary : $standby;
+
+	make_w();
 
 	my ($scan, $before, $seq) = open_ios_cursor($node, $wrows);
 	is(scalar(split / /, $seq), 50, "$where: the snapshot sees 50 rows");
@@ -392,28 +425,11 @@ FROM amrtree_leaf_entries('w_b') e LEFT JOIN w ON w.ctid = e.tid}),
 		'2 0 40', "$where: the leaf split, and the deleted and aborted rows' entries left the scan's leaf");
 	$primary->wait_for_catchup($standby);
 
-	my $vacuum;
-	my $waiting;
-	if ($where eq 'primary')
-	{
-		$vacuum = $primary->background_psql('postgres');
-		$vacuum->query_until(qr/started/, "\\echo started\nVACUUM (INDEX_CLEANUP ON) w;\n\\echo vacuumed\n");
-		$waiting = q{SELECT wait_event FROM pg_stat_activity
-			WHERE query LIKE 'VACUUM (INDEX_CLEANUP ON) w%' AND state = 'active'};
-	}
-	else
-	{
-		$primary->safe_psql('postgres', 'VACUUM (INDEX_CLEANUP ON) w');
-		$waiting = $startup_wait_event;
-	}
+	my ($vacuum, $waiting) = start_vacuum_w($where);
 	is(extension_wait($node, $waiting), 'Extension', "$where: VACUUM waits for the index-only scan");
 	is(finish_ios_cursor($scan, $before), $seq,
 		"$where: the index-only scan returns what the sequential scan returns in its snapshot");
-	if ($vacuum)
-	{
-		$vacuum->query_until(qr/vacuumed/, '');
-		$vacuum->quit;
-	}
+	finish_vacuum_w($vacuum);
 	$primary->wait_for_catchup($standby);
 	my ($with, $without) = amr_with_and_without_index($node, 'postgres',
 		"SELECT string_agg(b, ' ' ORDER BY b COLLATE \"C\") FROM ($wrows) s(b)");
@@ -435,42 +451,18 @@ for my $where ('primary', 'standby')
 {
 	my $node = $where eq 'primary' ? $primary : $standby;
 
-	$primary->safe_psql('postgres', q{
-DROP TABLE IF EXISTS w;
-CREATE TABLE w (id int, b box, pad text) WITH (autovacuum_enabled = off, fillfactor = 10);
-INSERT INTO w SELECT g, box(point(g * 0.01, 0), point(g * 0.01 + 0.005, 0.005)),
-  repeat('x', 400) FROM generate_series(0, 59) g;
-CREATE INDEX w_b ON w USING amrtree (b);
-VACUUM ANALYZE w;
-DELETE FROM w WHERE id % 2 = 1 AND id >= 40;});
-	$primary->wait_for_catchup($standby);
+	make_w();
 
 	my ($scan, $before, $seq) = open_ios_cursor($node, $wrows, 1);
 	is(scalar(split / /, $seq), 50, "$where, savepoint: the snapshot sees 50 rows");
 	like($before, qr/^row=\(0\.005,0\.005\),\(0,0\)$/m,
 		"$where, savepoint: the cursor returned its first row inside the savepoint");
-	my $vacuum;
-	my $waiting = $startup_wait_event;
-	if ($where eq 'primary')
-	{
-		$vacuum = $primary->background_psql('postgres');
-		$vacuum->query_until(qr/started/, "\\echo started\nVACUUM (INDEX_CLEANUP ON) w;\n\\echo vacuumed\n");
-		$waiting = q{SELECT wait_event FROM pg_stat_activity
-			WHERE query LIKE 'VACUUM (INDEX_CLEANUP ON) w%' AND state = 'active'};
-	}
-	else
-	{
-		$primary->safe_psql('postgres', 'VACUUM (INDEX_CLEANUP ON) w');
-	}
+	my ($vacuum, $waiting) = start_vacuum_w($where);
 	is(extension_wait($node, $waiting), 'Extension',
 		"$where, savepoint: VACUUM waits for the cursor after ROLLBACK TO");
 	is(finish_ios_cursor($scan, $before), $seq,
 		"$where, savepoint: the cursor returns what the sequential scan returns in its snapshot");
-	if ($vacuum)
-	{
-		$vacuum->query_until(qr/vacuumed/, '');
-		$vacuum->quit;
-	}
+	finish_vacuum_w($vacuum);
 	$primary->wait_for_catchup($standby);
 }
 
