@@ -58,11 +58,12 @@
 #include "storage/spin.h"
 
 /*
- * Does position lsn on timeline tli lie on the history that leads to
- * timeline "to", and not beyond "limit" (InvalidXLogRecPtr: no limit)?
+ * Is timeline tli on the history that leads to timeline "to"?  If so, *end
+ * is where it ends there: its switch point, InvalidXLogRecPtr for "to"
+ * itself.
  */
 static bool
-on_history(TimeLineID tli, XLogRecPtr lsn, TimeLineID to, XLogRecPtr limit)
+history_end_of(TimeLineID tli, TimeLineID to, XLogRecPtr *end)
 {
 	List	   *history = readTimeLineHistory(to);
 	ListCell   *lc;
@@ -74,41 +75,29 @@ on_history(TimeLineID tli, XLogRecPtr lsn, TimeLineID to, XLogRecPtr limit)
 
 		if (e->tli == tli)
 		{
-			/* a record that ends at the switch point precedes it */
-			found = XLogRecPtrIsInvalid(e->end) || lsn <= e->end;
+			*end = e->end;
+			found = true;
 			break;
 		}
 	}
 	list_free_deep(history);
-	if (found && !XLogRecPtrIsInvalid(limit) && lsn > limit)
-		found = false;
 	return found;
 }
 
 /*
- * Where timeline tli ends on the history that leads to timeline "to" (tli
- * an ancestor of it): the switch point.  InvalidXLogRecPtr if tli is not on
- * that history.
+ * Does position lsn on timeline tli lie on the history that leads to
+ * timeline "to", and not beyond "limit" (InvalidXLogRecPtr: no limit)?
  */
-static XLogRecPtr
-switch_point_toward(TimeLineID tli, TimeLineID to)
+static bool
+on_history(TimeLineID tli, XLogRecPtr lsn, TimeLineID to, XLogRecPtr limit)
 {
-	List	   *history = readTimeLineHistory(to);
-	ListCell   *lc;
-	XLogRecPtr	end = InvalidXLogRecPtr;
+	XLogRecPtr	end;
 
-	foreach(lc, history)
-	{
-		TimeLineHistoryEntry *e = (TimeLineHistoryEntry *) lfirst(lc);
-
-		if (e->tli == tli && e->tli != to)
-		{
-			end = e->end;
-			break;
-		}
-	}
-	list_free_deep(history);
-	return end;
+	/* a record that ends at the switch point precedes it */
+	if (!history_end_of(tli, to, &end) ||
+		(!XLogRecPtrIsInvalid(end) && lsn > end))
+		return false;
+	return XLogRecPtrIsInvalid(limit) || lsn <= limit;
 }
 
 static void
@@ -232,7 +221,8 @@ amr_lineage_note(XLogRecPtr end, TimeLineID tli, bool replaying)
 			 * before its upstream's promotion, on the old timeline, and
 			 * follows it to the switch point (this gave its pool up).
 			 */
-			judged_until = switch_point_toward(tli, hdr->check_tli);
+			if (!history_end_of(tli, hdr->check_tli, &judged_until))
+				judged_until = InvalidXLogRecPtr;
 		}
 		if (XLogRecPtrIsInvalid(judged_until) || end > judged_until)
 		{

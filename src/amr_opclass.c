@@ -132,13 +132,7 @@ amr_query_box(Relation index, Oid argtype, Datum arg, FmgrInfo *cache,
 {
 	Oid			proc;
 
-	/*
-	 * No type: a key PostgreSQL built itself from a value of the indexed
-	 * column (an exclusion constraint's check), not from an operator's right
-	 * argument.
-	 */
-	if (!OidIsValid(argtype))
-		argtype = index->rd_opcintype[0];
+	Assert(OidIsValid(argtype));
 	if (argtype == BOXOID)
 	{
 		amr_box_from_pg(DatumGetBoxP(arg), out);
@@ -181,8 +175,6 @@ amr_scankey_from_pg(Relation index, int strategy, Oid argtype, Datum arg,
 
 	if (relation == 0)
 		elog(ERROR, "unrecognized strategy number %d for amrtree", strategy);
-	if (!OidIsValid(argtype))
-		argtype = index->rd_opcintype[0];	/* as in amr_query_box */
 	lossy = !amr_opclass_exact(index) || argtype != BOXOID;
 	amr_query_box(index, argtype, arg, cache, cxt, &k->query);
 	k->strategy = lossy ? amr_relaxed_strategy(relation) : relation;

@@ -8,11 +8,11 @@
  * TID, the scan would return a deleted row.  So scans that need it
  * (index-only scans and non-MVCC snapshots) pin the leaf whose matches they
  * are returning -- a per-leaf counter in DRAM, tracked per backend with its
- * resource owner (below) -- and VACUUM waits until the
- * pins of every leaf it visits are gone, whether or not it removed entries
- * there: a split may have moved the entries a scan holds to another leaf
- * (amr_vacuum.c; docs/design.md, "Concurrency").  Plain MVCC scans and
- * bitmap scans need no pin: a reused TID is invisible to them.
+ * resource owner (below) -- and VACUUM waits until the pins of every leaf
+ * it visits are gone, whether or not it removed entries there: a split may
+ * have moved the entries a scan holds to another leaf (amr_vacuum.c;
+ * docs/design.md, "Concurrency").  Plain MVCC scans and bitmap scans need
+ * no pin: a reused TID is invisible to them.
  *
  * A pin belongs to the resource owner current when it was taken, as a
  * buffer pin does: that of the portal running the scan.  It is released
@@ -418,7 +418,7 @@ pins_resowner_callback(ResourceReleasePhase phase, bool isCommit,
 		release_pins(CurrentResourceOwner);
 }
 
-/* At preload: release every pin when its (sub)transaction ends. */
+/* At preload: release pins with their resource owner, and at transaction end. */
 void
 amr_pins_register_callbacks(void)
 {

@@ -350,7 +350,12 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 			continue;
 		}
 		k = &so->keys[so->nkeys];
-		/* no subtype: a value of the indexed column (exclusion constraints) */
+
+		/*
+		 * No subtype: a key PostgreSQL built itself from a value of the
+		 * indexed column (an exclusion constraint's check), not from an
+		 * operator's right argument.
+		 */
 		subtype = OidIsValid(sk->sk_subtype) ? sk->sk_subtype :
 			scan->indexRelation->rd_opcintype[0];
 		so->lossy[so->nkeys] = amr_scankey_from_pg(scan->indexRelation, sk->sk_strategy,

@@ -666,6 +666,8 @@ extern void amr_box_from_datum(Relation index, Datum d, AmrBox *out);
  * The box of a query argument of type argtype: a box, an indexed value, or
  * a value that support function 1 of its own type in the operator family
  * maps (cache, if not NULL, keeps that function in cxt across calls).
+ * argtype is a type: a PostgreSQL scan key without a subtype (an exclusion
+ * constraint's) holds a value of the indexed type, which amrrescan says.
  */
 extern void amr_query_box(Relation index, Oid argtype, Datum arg,
 						  FmgrInfo *cache, MemoryContext cxt, AmrBox *out);

@@ -238,14 +238,17 @@ ok(!-d $typo_dir, 'and the directory was not created');
 $typo->stop;
 
 # --- amrtree.ssd_size = 0 turns the SSD tier off once no leaf is on it
-my $ssd = amr_node('ssdoff', conf => "amrtree.ssd_size = 16MB\n");
-$ssd->start;
-$ssd->safe_psql('postgres', q{
+# (a table whose index keeps 30 % of its leaves on PMEM, the rest on SSD,
+# used again below)
+my $ssd_table = q{
 CREATE EXTENSION amrtree;
 CREATE TABLE t (id int, b box);
 INSERT INTO t SELECT i, box(point(i, 0), point(i + 0.5, 1)) FROM generate_series(1, 20000) i;
 CREATE INDEX t_b ON t USING amrtree (b) WITH (pmem_budget = '30%');
-SELECT amrtree_settle('t_b', 0);});
+SELECT amrtree_settle('t_b', 0);};
+my $ssd = amr_node('ssdoff', conf => "amrtree.ssd_size = 16MB\n");
+$ssd->start;
+$ssd->safe_psql('postgres', $ssd_table);
 my $slots = $ssd->data_dir . '/pg_amrtree/ssd.slots';
 my $q = q{SELECT count(*) FROM t WHERE b && '((100,0),(200,1))'};
 my $expected = $ssd->safe_psql('postgres', "SET enable_indexscan = off; SET enable_bitmapscan = off; $q");
@@ -307,12 +310,7 @@ SKIP:
 		'the postmaster says io_uring is not available');
 	is($nouring->safe_psql('postgres', q{SELECT setting || ' ' || source FROM pg_settings WHERE name = 'amrtree.io_method'}),
 		'sync override', 'and amrtree.io_method shows what is used');
-	$nouring->safe_psql('postgres', q{
-CREATE EXTENSION amrtree;
-CREATE TABLE t (id int, b box);
-INSERT INTO t SELECT i, box(point(i, 0), point(i + 0.5, 1)) FROM generate_series(1, 20000) i;
-CREATE INDEX t_b ON t USING amrtree (b) WITH (pmem_budget = '30%');
-SELECT amrtree_settle('t_b', 0);});
+	$nouring->safe_psql('postgres', $ssd_table);
 	ok($nouring->safe_psql('postgres', q{SELECT leaves FROM amrtree_tier_stats('t_b') WHERE tier = 'ssd'}) > 0,
 		'leaves were written to the SSD tier');
 	my ($with, $without) = amr_with_and_without_index($nouring, 'postgres',
