@@ -3,7 +3,9 @@
 EXTENSION = amrtree amrtree_postgis
 MODULE_big = amrtree
 srcdir ?= .
-DATA = sql/amrtree--0.4.sql sql/amrtree--0.1--0.2.sql sql/amrtree--0.2--0.3.sql \
+# amrtree--0.1.sql, the first release's install script, ships so that the
+# update path 0.1 -> 0.4 can be tested (t/026) as users take it.
+DATA = sql/amrtree--0.4.sql sql/amrtree--0.1.sql sql/amrtree--0.1--0.2.sql sql/amrtree--0.2--0.3.sql \
 	sql/amrtree--0.3--0.4.sql sql/amrtree_postgis--0.1.sql
 PGFILEDESC = "amrtree - AMR-Tree index access method"
 

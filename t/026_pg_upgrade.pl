@@ -103,5 +103,57 @@ is($new->safe_psql('postgres', q{SELECT reloptions::text FROM pg_class WHERE rel
 is($new->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname LIKE '%\_cc%'}),
 	'0', 'no leftover of the rebuilds');
 
+# ALTER EXTENSION UPDATE from the first release: an index built under 0.1
+# keeps working through every update script, and the updated extension has
+# exactly the objects (functions, operator classes, their operators and
+# support functions, privileges) of one installed at the current version.
+$new->safe_psql('postgres', 'CREATE DATABASE ext_fresh');
+$new->safe_psql('postgres', 'CREATE DATABASE ext_updated');
+$new->safe_psql('ext_fresh', 'CREATE EXTENSION amrtree');
+$new->safe_psql('ext_updated', q{
+CREATE EXTENSION amrtree VERSION '0.1';
+CREATE TABLE boxes (id int, b box);
+INSERT INTO boxes SELECT i, box(point(i % 100, i / 100), point(i % 100 + 0.5, i / 100 + 0.5))
+FROM generate_series(1, 5000) i;
+CREATE INDEX boxes_b ON boxes USING amrtree (b);
+});
+$new->safe_psql('ext_updated', 'ALTER EXTENSION amrtree UPDATE');
+is($new->safe_psql('ext_updated', q{SELECT extversion FROM pg_extension WHERE extname = 'amrtree'}),
+	$new->safe_psql('ext_fresh', q{SELECT extversion FROM pg_extension WHERE extname = 'amrtree'}),
+	'ALTER EXTENSION UPDATE reaches the default version');
+my $catalog = q{
+SELECT pg_describe_object(classid, objid, objsubid) FROM pg_depend
+WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+  AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'amrtree') ORDER BY 1;
+SELECT p.oid::regprocedure, pg_get_function_result(p.oid), p.provolatile, p.proparallel,
+       p.proisstrict, p.prosecdef, p.prosrc, p.proacl
+FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+WHERE d.deptype = 'e' AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'amrtree')
+ORDER BY p.oid::regprocedure::text;
+SELECT c.opcname, c.opcintype::regtype, c.opcdefault, c.opckeytype::regtype, f.opfname
+FROM pg_opclass c JOIN pg_opfamily f ON f.oid = c.opcfamily JOIN pg_am a ON a.oid = c.opcmethod
+WHERE a.amname = 'amrtree' ORDER BY 1, 2;
+SELECT f.opfname, o.amopstrategy, o.amoplefttype::regtype, o.amoprighttype::regtype,
+       o.amopopr::regoperator, o.amoppurpose, o.amopsortfamily
+FROM pg_amop o JOIN pg_opfamily f ON f.oid = o.amopfamily JOIN pg_am a ON a.oid = f.opfmethod
+WHERE a.amname = 'amrtree' ORDER BY 1, 2, 3::text, 4::text;
+SELECT f.opfname, p.amprocnum, p.amproclefttype::regtype, p.amprocrighttype::regtype,
+       p.amproc::regprocedure
+FROM pg_amproc p JOIN pg_opfamily f ON f.oid = p.amprocfamily JOIN pg_am a ON a.oid = f.opfmethod
+WHERE a.amname = 'amrtree' ORDER BY 1, 2, 3::text, 4::text};
+is($new->safe_psql('ext_updated', $catalog), $new->safe_psql('ext_fresh', $catalog),
+	'the updated extension has the objects of a fresh install');
+my ($with, $without) = amr_with_and_without_index($new, 'ext_updated',
+	q{SELECT count(*), sum(id) FROM boxes WHERE b && box '((10,10),(20,20))'});
+is($with, $without, 'an index built under 0.1 answers as a sequential scan after the update');
+($with, $without) = amr_with_and_without_index($new, 'ext_updated',
+	q{SELECT string_agg((b <-> point '(3.2,3.2)')::text, ',') FROM
+	  (SELECT b FROM boxes ORDER BY b <-> point '(3.2,3.2)' LIMIT 5) s});
+is($with, $without, 'and orders by distance (an operator 0.4 added to its class)');
+like($new->safe_psql('ext_updated',
+		q{SET enable_seqscan = off; EXPLAIN (COSTS OFF) SELECT b FROM boxes ORDER BY b <-> point '(3,3)' LIMIT 5}),
+	qr/boxes_b/, 'through the index built under 0.1');
+is($new->safe_psql('ext_updated', q{SELECT amrtree_check('boxes_b')}), 't', 'which amrtree_check finds sound');
+
 $new->stop;
 done_testing();
