@@ -85,6 +85,16 @@ RESET enable_seqscan;
 -- errors
 SELECT amrtree_settle('tt_b', -1);
 SELECT amrtree_settle('tt_b', 'NaN');
+-- an index rebuilt by this transaction settles after the commit: a warning
+-- says so instead of a silent 0
+ALTER INDEX tt_b SET (pmem_budget = '25%');
+BEGIN;
+REINDEX INDEX tt_b;
+SELECT amrtree_settle('tt_b', 0);
+COMMIT;
+SELECT amrtree_settle('tt_b', 0) >= 0 AS settled_after_commit;
+SELECT (SELECT leaves FROM amrtree_tier_stats('tt_b') WHERE tier = 'pmem')
+     = floor(0.25 * (SELECT sum(leaves) FROM amrtree_tier_stats('tt_b') WHERE tier <> 'dram')) AS pmem_is_budget;
 SELECT * FROM amrtree_tier_stats('pg_class_oid_index');
 SET amrtree.budget_on_insert = sometimes;
 DROP TABLE tt, ts;

@@ -899,6 +899,42 @@ settle_cycle(AmrTree *t)
 }
 
 /*
+ * The indexes of an inspection list whose leaves settle can move; warns
+ * about, closes and leaves out the others.  The tier manager moves only the
+ * leaves of trees whose creating transaction committed (a migration is
+ * logged against a tree that replay and recovery know), so the tree of an
+ * index built or rebuilt (REINDEX, TRUNCATE, CLUSTER, SET UNLOGGED) earlier
+ * in this transaction stays where its build put it until the commit.
+ */
+static List *
+settled_trees(List *indexes)
+{
+	List	   *kept = NIL;
+	ListCell   *lc;
+
+	foreach(lc, indexes)
+	{
+		Relation	index = (Relation) lfirst(lc);
+		AmrTree    *t = amr_tree_open(index);
+
+		if (amr_store.tree_records[t->tree_no].state == AMR_TREE_BUILDING)
+		{
+			ereport(WARNING,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("amrtree_settle skipped index \"%s\"",
+							RelationGetRelationName(index)),
+					 errdetail("The index was built by a transaction that has not committed yet."),
+					 errhint("Run amrtree_settle after that transaction commits.")));
+			relation_close(index, NoLock);
+			continue;
+		}
+		kept = lappend(kept, index);
+	}
+	list_free(indexes);
+	return kept;
+}
+
+/*
  * amrtree_settle(index, settle_seconds): paper 3.2 c -- scan, budget check
  * and queue processing now, sleep, and again, repeated until a cycle has
  * nothing left to move.  Returns the moves made.  It moves leaves, so it is
@@ -920,6 +956,7 @@ amrtree_settle(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("settle_seconds must be between 0 and 3600")));
 	indexes = open_for_inspection(indexoid, AMR_INSPECT_OWNER, AccessShareLock);
+	indexes = settled_trees(indexes);
 	foreach(lc, indexes)
 		moved += settle_cycle(amr_tree_open((Relation) lfirst(lc)));
 	wait_seconds(seconds);
