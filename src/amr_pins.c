@@ -14,6 +14,12 @@
  * docs/design.md, "Concurrency").  Plain MVCC scans and bitmap scans need
  * no pin: a reused TID is invisible to them.
  *
+ * An ordered scan returns the entries of many leaves in distance order, long
+ * after it read them; it pins, when it returns a row, a leaf that holds the
+ * row's entry, after checking that no removal pass touched the tree since it
+ * read the entry's leaf, or reading the leaf again (see "Removal passes"
+ * below, and knn_hold_returned in amr_scan.c).
+ *
  * A pin belongs to the resource owner current when it was taken, as a
  * buffer pin does: that of the portal running the scan.  It is released
  * with that owner, not with the subtransaction it was taken in: a cursor
@@ -51,9 +57,10 @@
 #include "utils/wait_event.h"
 
 /*
- * Leaves named per holder.  An index-only scan pins one leaf at a time; an
- * ordered one all it read, and a backend may run several scans.  A holder
- * with more pins than named leaves may hold any leaf.
+ * Leaves named per holder.  An index-only scan pins one leaf at a time (an
+ * ordered one, the leaf of the row it returned last), but a backend may run
+ * several scans.  A holder with more pins than named leaves may hold any
+ * leaf.
  */
 #define AMR_PIN_HOLDER_LEAVES 7
 
@@ -225,7 +232,8 @@ release_pins(ResourceOwner owner)
 
 /*
  * Wait until no scan holds a pin on the leaf.  Pins are held only while a
- * scan returns one leaf's matches, so the wait is short.
+ * scan returns one leaf's matches (an ordered scan: one row's), so the wait
+ * is short unless a cursor stops there.
  */
 void
 amr_wait_for_unpin(AmrTree *t, uint32 leaf_id)
@@ -351,6 +359,30 @@ redo_wait_for_zero(AmrTree *t, uint32 leaf_id, RedoPinWait *w)
 						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+}
+
+/*
+ * Removal passes.  An ordered scan does not pin the leaves whose entries
+ * wait in its queue; when it returns one, it pins the leaf then and must know
+ * that no removal happened since it read the leaf (amr_scan.c,
+ * knn_hold_returned).  A pass's begin is counted before its first removal
+ * (sequentially consistent: before it reads any pin), so a scan that pinned
+ * a leaf and then sees the count unchanged knows that every pass that could
+ * still remove the entry will find its pin.  The end records the pass's
+ * number rather than adding one, so that a pass that never ended (its
+ * process died) is forgotten at the next one that does; until then, scans
+ * only take the slow way (reading the leaf again).
+ */
+uint64
+amr_removal_pass_begin(AmrTree *t)
+{
+	return amr_sync_add(&t->removals_begun, 1);
+}
+
+void
+amr_removal_pass_end(AmrTree *t, uint64 pass)
+{
+	amr_sync_set(&t->removals_finished, pass);
 }
 
 /* Origins followed before replay waits for every pin of the tree instead. */

@@ -49,6 +49,19 @@
 #include "utils/syscache.h"
 
 typedef struct AmrKnnHit AmrKnnHit;
+
+/*
+ * A leaf an ordered scan that needs pins read, and what it takes to know,
+ * when one of the entries copied from it is returned, that VACUUM has not
+ * removed the entry since (knn_hold_returned).
+ */
+typedef struct AmrKnnRead
+{
+	uint32		leaf_id;
+	bool		quiet;			/* no removal pass was under way */
+	uint64		removals;		/* removal passes begun on the tree by then */
+	uint64		nsn;			/* the tree's split counter by then */
+} AmrKnnRead;
 typedef struct AmrKnnTie AmrKnnTie;
 
 typedef struct AmrScanOpaqueData
@@ -107,11 +120,15 @@ typedef struct AmrScanOpaqueData
 	FmgrInfo	order_bbox_fn;	/* the query value -> box */
 	AmrKnnSearch knn;
 	AmrKnnHit  *hits;			/* entries fed to the search, by payload */
-	size_t		nhits;
+	size_t		nhits;			/* payloads handed out (live or free) */
 	size_t		hits_capacity;
-	uint32	   *knn_pins;		/* leaves pinned by an ordered scan */
-	int			nknn_pins;
-	int			knn_pins_capacity;
+	uint64	   *free_hits;		/* payloads of rows returned, to reuse */
+	size_t		nfree_hits;
+	uint32	   *hit_read;		/* with pins: each hit's knn_reads entry */
+	AmrKnnRead *knn_reads;		/* with pins: the leaves the search read */
+	int			nknn_reads;
+	int			knn_reads_capacity;
+	uint32		returned_leaf;	/* pinned for the row returned last */
 
 	/* more than one ORDER BY over exact keys: ties of the first, sorted */
 	bool		order_ties;
@@ -260,6 +277,7 @@ amrbeginscan(Relation r, int nkeys, int norderbys)
 	so->float4_overlap = palloc0(sizeof(bool) * Max(nkeys, 1));
 	so->bbox_fns = palloc0(sizeof(FmgrInfo) * Max(nkeys, 1));
 	so->pinned_leaf = AMR_INVALID_LEAF;
+	so->returned_leaf = AMR_INVALID_LEAF;
 	so->leaf = amr_alloc_leaf_buffer();
 	amr_readahead_init(&so->readahead);
 	amr_knn_init(&so->knn, scan_realloc, so->scan_cxt);
@@ -275,15 +293,15 @@ amrbeginscan(Relation r, int nkeys, int norderbys)
 	return scan;
 }
 
-/* Release the pins an ordered scan took on the leaves it read. */
+/* Unpin the leaf an ordered scan pinned for the row it returned last. */
 static void
-release_knn_pins(AmrScanOpaque so)
+release_returned_leaf(AmrScanOpaque so)
 {
-	int			i;
-
-	for (i = 0; i < so->nknn_pins; i++)
-		amr_unpin_leaf(so->tree, so->knn_pins[i]);
-	so->nknn_pins = 0;
+	if (so->returned_leaf != AMR_INVALID_LEAF)
+	{
+		amr_unpin_leaf(so->tree, so->returned_leaf);
+		so->returned_leaf = AMR_INVALID_LEAF;
+	}
 }
 
 static void
@@ -316,8 +334,10 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 	so->no_match = false;
 	so->nkeys = 0;
 
-	release_knn_pins(so);
+	release_returned_leaf(so);
+	so->nknn_reads = 0;
 	so->nhits = 0;
+	so->nfree_hits = 0;
 	so->recheck = false;
 	so->key_exact = amr_opclass_keys_exact(scan->indexRelation);
 	so->ordered = false;
@@ -898,6 +918,30 @@ collect_null_side(IndexScanDesc scan)
 }
 
 /*
+ * A payload for a new hit: one whose row was returned, else a new one.  A
+ * scan of the whole index in order thus holds only the entries still
+ * queued, not every entry it has returned.
+ */
+static uint64
+knn_new_hit(AmrScanOpaque so)
+{
+	if (so->nfree_hits > 0)
+		return so->free_hits[--so->nfree_hits];
+	if (so->nhits == so->hits_capacity)
+	{
+		so->hits_capacity = Max(256, so->hits_capacity * 2);
+		so->hits = scan_realloc(so->hits, sizeof(AmrKnnHit) * so->hits_capacity,
+								so->scan_cxt);
+		so->free_hits = scan_realloc(so->free_hits, sizeof(uint64) * so->hits_capacity,
+									 so->scan_cxt);
+		if (so->need_pins)
+			so->hit_read = scan_realloc(so->hit_read, sizeof(uint32) * so->hits_capacity,
+										so->scan_cxt);
+	}
+	return so->nhits++;
+}
+
+/*
  * Read a leaf the search reached and feed its matching entries: the exact
  * distance (box_ops: the ordering operator itself, so the order is the one
  * the executor would compute) or a lower bound from the bounding box, which
@@ -912,19 +956,34 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 	const AmrLeaf *img;
 	uint32		follow;
 	MemoryContext old_cxt;
+	int			read = -1;
 	int			i;
 
+	/*
+	 * With pins: the leaf is not pinned while its entries wait in the queue
+	 * (see knn_hold_returned); what VACUUM and splits had done to the tree
+	 * before the read is noted instead.
+	 */
 	if (so->need_pins)
 	{
-		if (so->nknn_pins == so->knn_pins_capacity)
+		AmrKnnRead *rd;
+		uint64		finished;
+
+		if (so->nknn_reads == so->knn_reads_capacity)
 		{
-			so->knn_pins_capacity = Max(16, so->knn_pins_capacity * 2);
-			so->knn_pins = so->knn_pins == NULL ?
-				MemoryContextAlloc(so->scan_cxt, sizeof(uint32) * so->knn_pins_capacity) :
-				repalloc(so->knn_pins, sizeof(uint32) * so->knn_pins_capacity);
+			so->knn_reads_capacity = Max(16, so->knn_reads_capacity * 2);
+			so->knn_reads = scan_realloc(so->knn_reads,
+										 sizeof(AmrKnnRead) * so->knn_reads_capacity,
+										 so->scan_cxt);
 		}
-		amr_pin_leaf(t, r->leaf_id);
-		so->knn_pins[so->nknn_pins++] = r->leaf_id;
+		read = so->nknn_reads++;
+		rd = &so->knn_reads[read];
+		rd->leaf_id = r->leaf_id;
+		/* finished, then begun: equal only if no pass was under way between */
+		finished = amr_removals_finished(t);
+		rd->removals = amr_removals_begun(t);
+		rd->quiet = rd->removals == finished;
+		rd->nsn = amr_sync_read(&t->nsn);
 	}
 	img = amr_leaf_read_for_scan(scan->indexRelation, t, so->generation, r->leaf_id,
 								 r->split_stamp, &so->readahead, so->leaf, NULL, NULL, &follow);
@@ -942,6 +1001,7 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 	{
 		const AmrLeafEntry *en = &img->entries[i];
 		AmrKnnHit  *hit;
+		uint64		payload;
 		double		distance;
 		uint64		seq;
 		bool		unused_recheck;
@@ -951,13 +1011,10 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 		/* ordered scans recheck whenever a key is lossy (so->recheck) */
 		if (!entry_matches(scan, en, &unused_recheck))
 			continue;
-		if (so->nhits == so->hits_capacity)
-		{
-			so->hits_capacity = Max(256, so->hits_capacity * 2);
-			so->hits = scan_realloc(so->hits, sizeof(AmrKnnHit) * so->hits_capacity,
-									so->scan_cxt);
-		}
-		hit = &so->hits[so->nhits];
+		payload = knn_new_hit(so);
+		hit = &so->hits[payload];
+		if (read >= 0)
+			so->hit_read[payload] = (uint32) read;
 		memcpy(&hit->tid, &en->tid_blk_hi, sizeof(ItemPointerData));
 		hit->key = en->key;
 		/* the heap TID identifies the entry: the tie order of the search */
@@ -972,8 +1029,7 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 			distance = so->order_fast == ORDER_FAST_BOX_POINT ?
 				amr_box_point_axis_bound(&en->key, &q) :
 				amr_point_point_axis_bound(&k, &q);
-			amr_knn_add_entry_bound(&so->knn, distance, seq, so->nhits);
-			so->nhits++;
+			amr_knn_add_entry_bound(&so->knn, distance, seq, payload);
 			continue;
 		}
 		else if (so->order_exact)
@@ -987,10 +1043,87 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 
 			distance = amr_fbox_box_lower_bound(&fb, &so->order_box);
 		}
-		amr_knn_add_entry(&so->knn, distance, seq, so->nhits, !so->order_exact);
-		so->nhits++;
+		amr_knn_add_entry(&so->knn, distance, seq, payload, !so->order_exact);
 	}
 	MemoryContextSwitchTo(old_cxt);
+}
+
+/* Whether a leaf image still holds a hit's entry, alive. */
+static bool
+leaf_holds_hit(const AmrLeaf *img, const AmrKnnHit *hit)
+{
+	int			i;
+
+	for (i = 0; i < (int) img->hdr.nentries; i++)
+	{
+		const AmrLeafEntry *en = &img->entries[i];
+
+		if (!(en->flags & (AMR_ENTRY_FLAG_DEAD | AMR_ENTRY_FLAG_NULL)) &&
+			memcmp(&en->tid_blk_hi, &hit->tid, sizeof(ItemPointerData)) == 0 &&
+			memcmp(&en->key, &hit->key, sizeof(AmrBox)) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Pin, for the row an ordered scan that needs pins is about to return, a
+ * leaf that holds the row's entry; the pin stays until the next row, while
+ * the executor reads the visibility map for this one (amr_pins.c).
+ *
+ * The leaves the search read are not kept pinned while their entries wait
+ * in its queue: an idle cursor would hold VACUUM at every one of them.  So
+ * VACUUM may have removed the entry since its leaf was read.  If no removal
+ * pass had begun on the tree since then (and none was under way) and the
+ * leaf has not split, the entry is still in it, and the pin now, taken
+ * before any later pass reaches the leaf, is as good as one taken before
+ * the read.  Otherwise the leaf is read again under the pin, and the leaves
+ * its splits since moved entries to, until one holds the entry.  False:
+ * none does -- VACUUM removed it, so its row is dead to every snapshot,
+ * this scan's included.
+ */
+static bool
+knn_hold_returned(IndexScanDesc scan, uint64 payload)
+{
+	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
+	AmrTree    *t = so->tree;
+	const AmrKnnRead *rd = &so->knn_reads[so->hit_read[payload]];
+	const AmrKnnHit *hit = &so->hits[payload];
+	uint32		leaf_id = rd->leaf_id;
+
+	amr_pin_leaf(t, leaf_id);
+	if (rd->quiet && amr_removals_begun(t) == rd->removals &&
+		amr_sync_read(&amr_store.leaves[leaf_id].nsn) <= rd->nsn)
+	{
+		so->returned_leaf = leaf_id;
+		return true;
+	}
+	for (;;)
+	{
+		const AmrLeaf *img;
+		uint32		follow;
+
+		CHECK_FOR_INTERRUPTS();
+		img = amr_leaf_read_for_scan(scan->indexRelation, t, so->generation, leaf_id,
+									 rd->nsn, &so->readahead, so->leaf, NULL, NULL,
+									 &follow);
+		if (img == NULL || img->hdr.tree_generation != so->generation)
+		{
+			amr_unpin_leaf(t, leaf_id);
+			check_tree_unchanged(scan);
+			return false;
+		}
+		if (leaf_holds_hit(img, hit))
+		{
+			so->returned_leaf = leaf_id;
+			return true;
+		}
+		amr_unpin_leaf(t, leaf_id);
+		if (follow == AMR_INVALID_LEAF)
+			return false;
+		leaf_id = follow;
+		amr_pin_leaf(t, leaf_id);
+	}
 }
 
 /*
@@ -1183,33 +1316,44 @@ knn_next(IndexScanDesc scan)
 	double		distance;
 	int			i;
 
-	if (!so->order_ties)
-	{
-		if (!knn_pop(scan, &payload, &distance))
-			return false;
-		for (i = so->order_key + 1; i < scan->numberOfOrderBys; i++)
-		{
-			scan->xs_orderbyvals[i] = Float8GetDatum(-get_float8_infinity());
-			scan->xs_orderbynulls[i] = false;
-		}
-	}
-	else
-	{
-		const AmrKnnTie *tie;
-		int			nvals = so->tie_width;
+	/* the row returned last has been used (its visibility map bit read) */
+	release_returned_leaf(so);
 
-		if (so->tie_pos >= so->ntie && !knn_fill_ties(scan))
-			return false;
-		tie = &so->ties[so->tie_pos++];
-		payload = tie->payload;
-		distance = tie->distance;
-		for (i = 0; i < nvals; i++)
+	for (;;)
+	{
+		if (!so->order_ties)
 		{
-			int			k = tie->row * nvals + i;
-
-			scan->xs_orderbyvals[so->order_key + 1 + i] = Float8GetDatum(so->tie_values[k]);
-			scan->xs_orderbynulls[so->order_key + 1 + i] = so->tie_nulls[k];
+			if (!knn_pop(scan, &payload, &distance))
+				return false;
+			for (i = so->order_key + 1; i < scan->numberOfOrderBys; i++)
+			{
+				scan->xs_orderbyvals[i] = Float8GetDatum(-get_float8_infinity());
+				scan->xs_orderbynulls[i] = false;
+			}
 		}
+		else
+		{
+			const AmrKnnTie *tie;
+			int			nvals = so->tie_width;
+
+			if (so->tie_pos >= so->ntie && !knn_fill_ties(scan))
+				return false;
+			tie = &so->ties[so->tie_pos++];
+			payload = tie->payload;
+			distance = tie->distance;
+			for (i = 0; i < nvals; i++)
+			{
+				int			k = tie->row * nvals + i;
+
+				scan->xs_orderbyvals[so->order_key + 1 + i] =
+					Float8GetDatum(so->tie_values[k]);
+				scan->xs_orderbynulls[so->order_key + 1 + i] = so->tie_nulls[k];
+			}
+		}
+		if (!so->need_pins || knn_hold_returned(scan, payload))
+			break;
+		/* VACUUM removed it meanwhile: the next one */
+		so->free_hits[so->nfree_hits++] = payload;
 	}
 	hit = &so->hits[payload];
 	scan->xs_heaptid = hit->tid;
@@ -1227,6 +1371,8 @@ knn_next(IndexScanDesc scan)
 		MemoryContextReset(so->batch_cxt);
 		set_index_tuple(scan, &hit->key, false);
 	}
+	/* the row is out (TID and index tuple copied): its payload is free */
+	so->free_hits[so->nfree_hits++] = payload;
 	return true;
 }
 
@@ -1309,7 +1455,7 @@ amrendscan(IndexScanDesc scan)
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
 
 	release_batch(so);
-	release_knn_pins(so);
+	release_returned_leaf(so);
 	MemoryContextDelete(so->batch_cxt);
 	MemoryContextDelete(so->eval_cxt);
 }

@@ -508,6 +508,7 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 	AmrTree    *t = amr_tree_open_for_write(info->index);
 	VacuumState *vs;
 	uint32		pos;
+	uint64		pass;
 
 	if (stats == NULL)
 		stats = (IndexBulkDeleteResult *) palloc0(sizeof(IndexBulkDeleteResult));
@@ -535,20 +536,30 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 	if (RelationNeedsWAL(info->index))
 		XLogFlush(amr_insert_lsn());
 
-	collect_all_leaves(t, &vs->list, &vs->start_nsn);
-	/* the list grows while we go (split halves, leaves done again) */
-	for (pos = 0;; pos++)
+	/* ordered scans check for passes begun since they read a leaf */
+	pass = amr_removal_pass_begin(t);
+	PG_TRY();
 	{
-		if (pos == vs->list.n)
+		collect_all_leaves(t, &vs->list, &vs->start_nsn);
+		/* the list grows while we go (split halves, leaves done again) */
+		for (pos = 0;; pos++)
 		{
-			flush_ssd_rewrites(vs);
 			if (pos == vs->list.n)
-				break;
+			{
+				flush_ssd_rewrites(vs);
+				if (pos == vs->list.n)
+					break;
+			}
+			/* one device submission for the SSD leaves among the next ones */
+			amr_readahead(&vs->ra, vs->index, &vs->list.ids[pos], vs->list.n - pos);
+			vacuum_leaf(vs, vs->list.ids[pos], AMR_INVALID_LEAF, true);
 		}
-		/* one device submission for the SSD leaves among the next ones */
-		amr_readahead(&vs->ra, vs->index, &vs->list.ids[pos], vs->list.n - pos);
-		vacuum_leaf(vs, vs->list.ids[pos], AMR_INVALID_LEAF, true);
 	}
+	PG_FINALLY();
+	{
+		amr_removal_pass_end(t, pass);
+	}
+	PG_END_TRY();
 
 	stats->tuples_removed += vs->tuples_removed;
 	stats->num_index_tuples = vs->kept_total;

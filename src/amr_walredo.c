@@ -593,19 +593,14 @@ scans_may_hold(AmrTree *t, uint32 leaf_id)
 }
 
 static void
-redo_images(XLogReaderState *record)
+redo_image_list(XLogReaderState *record, AmrTree *t, bool may_drop)
 {
 	char	   *data = XLogRecGetData(record);
 	Size		len = XLogRecGetDataLen(record);
 	xl_amr_images *x = (xl_amr_images *) data;
-	AmrTree    *t = redo_tree(&x->tree);
 	Size		off = sizeof(xl_amr_images);
-	bool		may_drop;
 	int			i;
 
-	if (t == NULL)
-		return;
-	may_drop = image_may_drop_entries(x->kind);
 	for (i = 0; i < x->nimages && off + sizeof(xl_amr_image) <= len; i++)
 	{
 		xl_amr_image h;
@@ -650,6 +645,25 @@ redo_images(XLogReaderState *record)
 			(old == NULL || drops_live_entry(old, img)))
 			amr_redo_wait_for_unpin(t, h.leaf_id);
 	}
+}
+
+static void
+redo_images(XLogReaderState *record)
+{
+	xl_amr_images *x = (xl_amr_images *) XLogRecGetData(record);
+	AmrTree    *t = redo_tree(&x->tree);
+	bool		may_drop;
+	uint64		pass = 0;
+
+	if (t == NULL)
+		return;
+	may_drop = image_may_drop_entries(x->kind);
+	/* standby scans check for removals since they read a leaf (amr_pins.c) */
+	if (may_drop)
+		pass = amr_removal_pass_begin(t);
+	redo_image_list(record, t, may_drop);
+	if (may_drop)
+		amr_removal_pass_end(t, pass);
 }
 
 /*
@@ -899,13 +913,16 @@ redo_mark_dead(XLogReaderState *record)
 	xl_amr_mark_dead *x = (xl_amr_mark_dead *) XLogRecGetData(record);
 	const uint16 *pos = (const uint16 *) ((char *) x + sizeof(xl_amr_mark_dead));
 	AmrTree    *t = redo_tree(&x->tree);
+	uint64		pass;
 
 	if (t == NULL || !leaf_id_fits(t, x->leaf_id) ||
 		already_has(t, x->leaf_id, x->version, false) || awaits_image(t, x->leaf_id))
 		return;
+	pass = amr_removal_pass_begin(t);
 	apply_dead_marks(t, x->leaf_id, pos, x->npos, record->EndRecPtr);
 	/* a scan returning them must be done before the heap's VACUUM replays */
 	amr_redo_wait_for_unpin(t, x->leaf_id);
+	amr_removal_pass_end(t, pass);
 }
 
 /*

@@ -548,6 +548,20 @@ extern void amr_unpin_leaf(AmrTree *t, uint32 leaf_id);
 extern void amr_wait_for_unpin(AmrTree *t, uint32 leaf_id);
 
 /*
+ * A pass that removes entries of t (VACUUM's, or the replay of one record
+ * of it) begins: before its first removal.  Returns the pass's number, for
+ * amr_removal_pass_end.
+ */
+extern uint64 amr_removal_pass_begin(AmrTree *t);
+
+/* The pass numbered "pass" is over (also when it failed half-way). */
+extern void amr_removal_pass_end(AmrTree *t, uint64 pass);
+
+/* Removal passes begun on t, and the number of the last one finished. */
+#define amr_removals_begun(t)		amr_sync_read(&(t)->removals_begun)
+#define amr_removals_finished(t)	amr_sync_read(&(t)->removals_finished)
+
+/*
  * Replay, after removing entries from a leaf of t or marking them dead:
  * wait for the hot-standby scans pinning it (or a leaf its entries came
  * from), cancelling them past the standby delay.

@@ -40,6 +40,9 @@
 #
 # (f) VACUUM, on the primary and in replay, under a cursor fetched from in
 # a savepoint that was rolled back (see below).
+#
+# (g) VACUUM, on the primary and in replay, while an ordered index-only
+# scan returns rows it read before (see below).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -486,5 +489,91 @@ $holder->quit;
 my ($with, $without) = amr_with_and_without_index($primary, 'postgres',
 	"SELECT string_agg(b, ' ' ORDER BY b COLLATE \"C\") FROM ($wrows) s(b)");
 is($with, $without, 'the index answers after VACUUM');
+
+# ---- (g) VACUUM under an ordered index-only scan that keeps fetching
+#
+# An ordered scan queues the entries of every leaf it reads and returns them
+# in distance order, long after.  It used to pin every leaf it had read
+# until it ended, so VACUUM (and its replay on a standby) waited for the
+# whole scan -- a KNN query streaming a large result, or a cursor fetched
+# bit by bit, held VACUUM for as long as it ran.  Now it pins only the
+# leaf of the row it returns, as btree does, and checks when it returns a
+# row that VACUUM has not removed its entry since the leaf was read (and
+# skips it if VACUUM did: the row is dead to every snapshot).  VACUUM must
+# finish while the scan still runs, and the scan must return exactly the
+# rows its snapshot sees, in order, although the visibility map now says
+# all-visible for their pages (so the executor trusts the index).
+$primary->safe_psql('postgres', q{
+CREATE TABLE kn (id int, b box) WITH (autovacuum_enabled = off);
+INSERT INTO kn SELECT i, box(point(i % 150, i / 150), point(i % 150 + 0.5, i / 150 + 0.5))
+FROM generate_series(1, 20000) i;
+CREATE INDEX kn_b ON kn USING amrtree (b);
+VACUUM kn;});
+for my $where ('primary', 'standby')
+{
+	my $node = $where eq 'primary' ? $primary : $standby;
+	my $class = $where eq 'primary' ? 1 : 2;
+
+	$primary->safe_psql('postgres', "DELETE FROM kn WHERE id % 5 = $class");
+	$primary->wait_for_catchup($standby);
+	my $scan = $node->background_psql('postgres', on_error_stop => 0);
+	my $plan = $scan->query_safe(q{
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT count(*) FROM kn;
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off;
+EXPLAIN (COSTS OFF) SELECT b <-> point '(50,50)' FROM kn ORDER BY b <-> point '(50,50)';});
+	like($plan, qr/Index Only Scan using kn_b/, "$where, ordered scan: an index-only scan");
+	my $expected = $scan->query_safe(q{
+SET LOCAL enable_indexonlyscan = off; SET LOCAL enable_indexscan = off; SET LOCAL enable_seqscan = on;
+SELECT count(*) || ' ' || sum((b <-> point '(50,50)')::numeric) FROM kn;});
+	$expected = (split /\n/, $expected)[-1];
+	# fetch it all, 100 rows at a time with a pause, checking the order
+	$scan->query_until(qr/started/, q{
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off;
+SET LOCAL enable_indexonlyscan = on;
+DECLARE c CURSOR FOR SELECT b <-> point '(50,50)' FROM kn ORDER BY b <-> point '(50,50)';
+\echo started
+DO $$
+DECLARE
+	cur refcursor := 'c';
+	d float8;
+	last float8 := '-infinity';
+	n int := 0;
+	total numeric := 0;
+BEGIN
+	LOOP
+		FETCH cur INTO d;
+		EXIT WHEN NOT FOUND;
+		IF d < last THEN RAISE EXCEPTION 'out of order: % after %', d, last; END IF;
+		last := d;
+		n := n + 1;
+		total := total + d::numeric;
+		IF n % 100 = 0 THEN PERFORM pg_sleep(0.08); END IF;
+	END LOOP;
+	PERFORM set_config('kn.fetched', n || ' ' || total, true);
+END $$ /* kn_fetch_loop */;
+SELECT 'fetched=' || current_setting('kn.fetched');
+\echo done
+});
+	usleep(500_000);
+	my $timed_out = 0;
+	is($primary->psql('postgres', 'VACUUM (INDEX_CLEANUP ON) kn', timeout => 60, timed_out => \$timed_out),
+		0, "$where, ordered scan: VACUUM");
+	ok(!$timed_out, "$where, ordered scan: VACUUM finished within 60 s");
+	$primary->wait_for_catchup($standby, 'replay', $primary->lsn('insert'));
+	is($node->safe_psql('postgres',
+			q{SELECT count(*) FROM pg_stat_activity
+			  WHERE query LIKE '%kn_fetch_loop%' AND state = 'active' AND pid <> pg_backend_pid()}),
+		1, "$where, ordered scan: VACUUM (and its replay) done while the scan still runs");
+	ok($node->safe_psql('postgres', q{SELECT relallvisible > 0 FROM pg_class WHERE relname = 'kn'}) eq 't',
+		"$where, ordered scan: VACUUM marked pages all-visible");
+	my $out = $scan->query_until(qr/done/, '');
+	$scan->query_safe('COMMIT');
+	$scan->quit;
+	my ($fetched) = $out =~ /^fetched=(\d+ [\d.]+)$/m;
+	is($fetched, $expected, "$where, ordered scan: it returned, in order, the rows of its snapshot");
+}
 
 done_testing();

@@ -31,6 +31,7 @@
 #define amr_sync_read(p)			__atomic_load_n((p), __ATOMIC_SEQ_CST)
 #define amr_sync_add(p, v)			__atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
 #define amr_sync_sub(p, v)			__atomic_sub_fetch((p), (v), __ATOMIC_SEQ_CST)
+#define amr_sync_set(p, v)			__atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
 
 /* a flag taken by compare-and-swap and released with release semantics */
 #define amr_flag_try_take(p, expected, value) \

@@ -121,6 +121,10 @@ typedef struct AmrTree
 								 * not show */
 	uint64_t	nsn;			/* atomic split counter (GiST's NSN idea) */
 	uint64_t	pinned;			/* atomic: leaf pins held by scans */
+	uint64_t	removals_begun; /* atomic: passes that remove entries (VACUUM,
+								 * their replay) begun ... */
+	uint64_t	removals_finished;	/* ... and the number of the last one
+									 * finished (amr_pins.c) */
 	/* leaves per tier, maintained by the Leaf Table functions (atomic) */
 	uint64_t	pmem_leaves;
 	uint64_t	ssd_leaves;
