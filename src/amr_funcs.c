@@ -1013,7 +1013,9 @@ amrtree_tier_stats(PG_FUNCTION_ARGS)
 		bytes[1] += pmem * AMR_SLOT_SIZE;
 		leaves[2] += ssd;
 		bytes[2] += ssd * AMR_SLOT_SIZE;
-		if (t->budget_kind == AMR_BUDGET_UNLIMITED || !t->tiering)
+		/* without an SSD tier no budget applies (amr_tree_budget_leaves) */
+		if (t->budget_kind == AMR_BUDGET_UNLIMITED || !t->tiering ||
+			amr_store.ssd_used == NULL)
 			budget_null = true;
 		else
 			budget_bytes += t->budget_kind == AMR_BUDGET_BYTES ? (int64) t->budget_value

@@ -425,7 +425,17 @@ tree_cycle(AmrTree *t, TreeCands *tc, AmrLeaf *buf, uint64 rule_quota)
 	size_t		i;
 	uint64		moved = 0;
 	bool		can_demote = amr_store.ssd_used != NULL;
+	MemoryContext cycle_cxt;
+	MemoryContext old_cxt;
 
+	/*
+	 * What one tree's cycle allocates goes when it ends: the worker visits
+	 * every tree per pass, and its pass context would otherwise hold the
+	 * migration buffers of all of them at once.
+	 */
+	cycle_cxt = AllocSetContextCreate(CurrentMemoryContext, "amrtree tier cycle",
+									  ALLOCSET_DEFAULT_SIZES);
+	old_cxt = MemoryContextSwitchTo(cycle_cxt);
 	for (i = 0; i < tc->nrelease; i++)
 		set_dram_hold(t, tc->release[i], false, buf);
 	for (i = 0; i < tc->nhold; i++)
@@ -454,17 +464,19 @@ tree_cycle(AmrTree *t, TreeCands *tc, AmrLeaf *buf, uint64 rule_quota)
 
 	/*
 	 * promotions first (they are cheap PMEM writes), then demotions, in
-	 * batches
+	 * batches; buffers only for the moves there are (most cycles have none)
 	 */
+	if (nmoves > 0)
 	{
-		Migration  *m = palloc(sizeof(Migration) * MIGRATION_BATCH);
+		int			nbuf = (int) Min(nmoves, (size_t) MIGRATION_BATCH);
+		Migration  *m = palloc(sizeof(Migration) * nbuf);
 		uint32		ids[MIGRATION_BATCH];
 		AmrMoveKind kinds[MIGRATION_BATCH];
 		bool		done[MIGRATION_BATCH];
 		int			pass;
 		int			j;
 
-		for (j = 0; j < MIGRATION_BATCH; j++)
+		for (j = 0; j < nbuf; j++)
 			m[j].img = amr_alloc_leaf_buffer();
 		for (pass = 0; pass < 2; pass++)
 		{
@@ -503,7 +515,8 @@ tree_cycle(AmrTree *t, TreeCands *tc, AmrLeaf *buf, uint64 rule_quota)
 			}
 		}
 	}
-	pfree(moves);
+	MemoryContextSwitchTo(old_cxt);
+	MemoryContextDelete(cycle_cxt);
 	amr_counter_add(&t->tier_passes, 1);
 	t->last_tier_pass = amr_now_seconds();
 	return moved;
