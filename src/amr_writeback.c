@@ -95,6 +95,13 @@ typedef struct AmrWbShared
 								 * everything: checkpoints need fences */
 	pg_atomic_uint64 pages_written;
 	pg_atomic_uint64 fences;
+
+	/*
+	 * Odd while the worker holds pages it has taken off the dirty bitmap and
+	 * not yet written (wb_write_dirty): what a commit that must see them in
+	 * the file waits for (wb_write_leaf_table).
+	 */
+	pg_atomic_uint32 claimed;
 	pg_atomic_uint64 fenced_redo;
 	uint64		npages;			/* pages of the pool file */
 	uint32		nprocs;			/* change counters, by pgprocno */
@@ -123,6 +130,8 @@ static const char *wb_file_map = NULL;	/* the file's own mapping (load) */
 static size_t wb_size = 0;
 static size_t wb_dirty_from = 0;	/* below: header, tree records (through) */
 static size_t wb_header_off = 0;
+static size_t wb_lt_off = 0;	/* the Leaf Table: [wb_lt_off, wb_lt_end) */
+static size_t wb_lt_end = 0;
 
 /* Shared state (amr_wb_shmem_attach). */
 static AmrWbShared *wb_shared = NULL;
@@ -190,6 +199,7 @@ amr_wb_shmem_attach(char *base, bool init)
 	pg_atomic_init_u32(&wb_shared->fencing, 0);
 	pg_atomic_init_u64(&wb_shared->pages_written, 0);
 	pg_atomic_init_u64(&wb_shared->fences, 0);
+	pg_atomic_init_u32(&wb_shared->claimed, 0);
 	pg_atomic_init_u64(&wb_shared->fenced_redo, 0);
 	pg_atomic_init_u32(&wb_shared->partner_holding, 0);
 	pg_atomic_init_u32(&wb_shared->partner_asked, 0);
@@ -447,6 +457,12 @@ amr_wb_recovery_done(void)
 
 /* ---- changes that skip the WAL ---- */
 
+static bool
+wb_in_leaf_table(size_t off)
+{
+	return off >= wb_lt_off && off < wb_lt_end;
+}
+
 static void
 wb_skipped_write(void)
 {
@@ -487,12 +503,89 @@ amr_wb_note_wal_skipped(void)
 		wb_wal_skipped = true;
 }
 
+/*
+ * Write every dirty page of the Leaf Table, as the worker writes pages:
+ * copied first, then the WAL flushed, then written, so that no change in
+ * them lacks a durable record.  Then wait until the pages the worker has
+ * taken off the dirty bitmap and not written yet are written too: after
+ * this (and a sync) the file's Leaf Table is at least as new as the copy's
+ * was when we began.
+ *
+ * Why a transaction that skips the WAL needs it: the slots and leaf ids it
+ * takes may have been freed by logged changes of other leaves (a split, a
+ * rewrite, a move, a drop) whose Leaf Table pages only the copy holds yet;
+ * replay would bring them up to date, but only after attach has decided
+ * from the file which leaf owns which slot.  Two leaves naming one slot
+ * there, the one of the tree no WAL can restore was taken for the stale
+ * one (the later leaf id loses), and its index was lost.  Once the file
+ * holds the frees, every slot this transaction's leaves name is theirs
+ * alone in the file, as in the copy.
+ */
+static void
+wb_write_leaf_table(void)
+{
+	uint64		first = wb_lt_off / WB_PAGE;
+	uint64		end = (wb_lt_end + WB_PAGE - 1) / WB_PAGE;
+	uint64		pages[WB_WRITE_BATCH];
+	char	   *buf = NULL;
+	uint64		p = first;
+	uint32		claimed;
+
+	while (p < end)
+	{
+		int			n = 0;
+		int			i = 0;
+
+		for (; p < end && n < WB_WRITE_BATCH; p++)
+		{
+			if ((pg_atomic_read_u64(&wb_dirty[p >> 6]) & (UINT64CONST(1) << (p & 63))) == 0)
+				continue;
+			/* the bit stays set: the worker writes the page again, harmlessly */
+			if (buf == NULL)
+				buf = palloc((Size) WB_WRITE_BATCH * WB_PAGE);
+			pages[n] = p;
+			memcpy(buf + (size_t) n * WB_PAGE, wb_copy + p * WB_PAGE, WB_PAGE);
+			n++;
+		}
+		if (n == 0)
+			break;
+		wb_flush_wal();
+		while (i < n)
+		{
+			int			j = i + 1;
+
+			while (j < n && pages[j] == pages[j - 1] + 1)
+				j++;
+			wb_pwrite_pages(buf + (size_t) i * WB_PAGE, pages[i], pages[j - 1] + 1);
+			i = j;
+		}
+	}
+	if (buf != NULL)
+		pfree(buf);
+
+	/*
+	 * A page that was not dirty when we looked was written before, or the
+	 * worker has taken it and holds it (claimed is then odd, for it became
+	 * odd before the bit was cleared): wait for that write.  It goes into the
+	 * page cache of the same file, so the caller's sync covers it.
+	 */
+	pg_memory_barrier();
+	claimed = pg_atomic_read_u32(&wb_shared->claimed);
+	while ((claimed & 1) != 0 && pg_atomic_read_u32(&wb_shared->claimed) == claimed)
+	{
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(100L);
+	}
+}
+
 void
 amr_wb_pre_commit(void)
 {
 	if (!wb_wal_skipped)
 		return;
 	wb_skipped_write();
+	if (wb_shared != NULL)
+		wb_write_leaf_table();
 	wb_fdatasync();
 	wb_wal_skipped = false;
 }
@@ -563,8 +656,16 @@ wb_flush_hook(const void *addr, size_t len)
 			wb_mark_dirty(off, len);
 			marked = true;
 		}
-		/* no record: neither replay nor a fence covers it, the commit must */
-		if (marked && wb_wal_skipped)
+
+		/*
+		 * No record: neither replay nor a fence covers it, the commit must.
+		 * Its slots are its own and written from the copy; the Leaf Table,
+		 * shared with every other leaf, is written at commit as the worker
+		 * writes it (wb_write_leaf_table): written from the copy after a WAL
+		 * flush, another backend's change landing in between could reach the
+		 * file before its record.
+		 */
+		if (marked && wb_wal_skipped && !wb_in_leaf_table(off))
 			wb_skipped_add(off / WB_PAGE, (off + len + WB_PAGE - 1) / WB_PAGE);
 		pg_atomic_fetch_add_u32(seq, 1);
 		if (marked)
@@ -669,7 +770,14 @@ wb_write_dirty(char *buf)
 		uint64		bits = 0;
 
 		if (w < nwords && pg_atomic_read_u64(&wb_dirty[w]) != 0)
+		{
+			/* odd from before the first page is taken until all are written */
+			if (n == 0)
+				pg_atomic_fetch_add_u32(&wb_shared->claimed, 1);
 			bits = pg_atomic_exchange_u64(&wb_dirty[w], 0);
+			if (bits == 0 && n == 0)
+				pg_atomic_fetch_add_u32(&wb_shared->claimed, 1);
+		}
 		while (bits != 0 || (w == nwords && n > 0))
 		{
 			if (bits != 0)
@@ -697,9 +805,12 @@ wb_write_dirty(char *buf)
 				}
 				pg_atomic_fetch_add_u64(&wb_shared->pages_written, (uint64) n);
 				n = 0;
+				if (bits == 0)
+					pg_atomic_fetch_add_u32(&wb_shared->claimed, 1);
 			}
 		}
-		if ((w & 1023) == 0)
+		/* not while pages are taken: an exit would lose them */
+		if ((w & 1023) == 0 && n == 0)
 			CHECK_FOR_INTERRUPTS();
 	}
 }
@@ -881,6 +992,9 @@ wb_disarm(int code, Datum arg)
 {
 	char	   *buf = (char *) DatumGetPointer(arg);
 
+	/* a write that failed left pages taken: nobody is to wait for them */
+	if (wb_shared != NULL && (pg_atomic_read_u32(&wb_shared->claimed) & 1) != 0)
+		pg_atomic_fetch_add_u32(&wb_shared->claimed, 1);
 	if (wb_shared == NULL || pg_atomic_read_u32(&wb_shared->armed) == 0)
 		return;
 	/* we may be exiting on a termination request: do not act on it again */
@@ -1232,6 +1346,8 @@ amr_wb_start(const char *path, char *file_map, size_t file_size, AmrPoolHeader *
 	wb_size = file_size;
 	wb_header_off = (size_t) ((char *) file_hdr - file_map);
 	wb_dirty_from = (size_t) file_hdr->lt_offset;
+	wb_lt_off = (size_t) file_hdr->lt_offset;
+	wb_lt_end = wb_lt_off + (size_t) file_hdr->lt_capacity * sizeof(AmrLeafTableEntry);
 	wb_active = true;
 	amr_persist_hook = wb_flush_hook;
 	amr_persist_batch_hook = wb_batch_hook;
