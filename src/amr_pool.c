@@ -53,7 +53,6 @@ static char pool_error_hint[512];
 static char pool_media[128];
 static bool pool_created_at_start = false;
 static bool pool_upgraded_at_start = false; /* from format version 2 */
-static bool ssd_leaves_lost = false;
 
 /*
  * Record why the pool cannot be used, and log it: every later use raises it
@@ -396,11 +395,51 @@ amr_pool_created_at_start(void)
 }
 
 /*
+ * Trees with a leaf in the lost slot file cannot answer for their rows:
+ * marked damaged, they are skipped by the planner and by writes, and
+ * rebuilt (amr_heal.c).  Their Leaf Table entries stay until the old
+ * index's drop frees them.
+ *
+ * This runs before the pool forgets the lost file's identity, on the pool
+ * itself: amr_store and the persistence mode are not set up yet.
+ */
+static void
+mark_trees_with_lost_leaves(AmrPoolHeader *hdr)
+{
+	AmrLeafTableEntry *lt = (AmrLeafTableEntry *) ((char *) pool + hdr->lt_offset);
+	AmrTreeRecord *trees = (AmrTreeRecord *) ((char *) pool + hdr->trees_offset);
+	uint32		marked = 0;
+	uint64		id;
+
+	for (id = 0; id < hdr->lt_capacity; id++)
+	{
+		AmrTreeRecord *rec;
+
+		if (lt[id].word == 0 || AMR_WORD_TIER(lt[id].word) != AMR_TIER_SSD ||
+			lt[id].tree_no >= AMR_MAX_TREES)
+			continue;
+		rec = &trees[lt[id].tree_no];
+		if (rec->state != AMR_TREE_VALID && rec->state != AMR_TREE_BUILDING)
+			continue;
+		if (!(rec->flags & AMR_TREE_FLAG_BROKEN))
+		{
+			rec->flags |= AMR_TREE_FLAG_BROKEN;
+			pmemobj_persist(pool, &rec->flags, sizeof(rec->flags));
+			marked++;
+		}
+	}
+	if (marked > 0)
+		ereport(LOG,
+				(errmsg("amrtree: %u trees had leaves in the lost SSD slot file; their indexes are rebuilt",
+						marked)));
+}
+
+/*
  * The slot file's leaves are lost to this pool (the file is missing, wiped,
  * truncated, or a stale one of this cluster): keep what is there under
- * another name, start a new file, and let the trees that had leaves on it
- * be rebuilt (mark_trees_with_lost_leaves).  Returns false, the reason
- * recorded, when no new file could be made.
+ * another name, let the trees that had leaves on it be rebuilt
+ * (mark_trees_with_lost_leaves), and start a new file.  Returns false, the
+ * reason recorded, when no new file could be made.
  */
 static bool
 replace_slot_file(AmrPoolHeader *hdr, uint64 ssd_slots)
@@ -419,50 +458,21 @@ replace_slot_file(AmrPoolHeader *hdr, uint64 ssd_slots)
 					   stat(aside, &st) == 0 ? " The old file was kept as " : "",
 					   stat(aside, &st) == 0 ? aside : ""),
 			 errhint("The amrtree indexes that had leaves on it are rebuilt in the background (amrtree.auto_rebuild), or need REINDEX.")));
+
+	/*
+	 * Mark the trees first, durably: the cleared file id below is all that
+	 * says the Leaf Table's SSD entries point into a file that is gone.  A
+	 * start that ends after it (the new file cannot be created, say) would
+	 * otherwise leave the next one to create or adopt a file, accept it, and
+	 * serve those trees from slots that never held their leaves.
+	 */
+	mark_trees_with_lost_leaves(hdr);
 	hdr->ssd_file_id = 0;
 	pmem_persist(&hdr->ssd_file_id, sizeof(hdr->ssd_file_id));
 	if (!pmem_is_pmem(hdr, sizeof(*hdr)))
 		pmem_msync(hdr, sizeof(*hdr));
 	pool_status = AMR_POOL_NOT_CONFIGURED;
-	if (!amr_slotfile_open(amr_ssd_path, ssd_slots, hdr))
-		return false;
-	ssd_leaves_lost = true;
-	return true;
-}
-
-/*
- * Trees with a leaf in the lost slot file cannot answer for their rows:
- * marked damaged, they are skipped by the planner and by writes, and
- * rebuilt (amr_heal.c).  Their Leaf Table entries stay until the old
- * index's drop frees them.
- */
-static void
-mark_trees_with_lost_leaves(void)
-{
-	AmrStore   *s = &amr_store;
-	uint32		marked = 0;
-	uint32		id;
-
-	for (id = 0; id < s->lt_capacity; id++)
-	{
-		uint64		word = amr_lt_word(s, id);
-		uint32		tn = s->lt[id].tree_no;
-
-		if (word == 0 || AMR_WORD_TIER(word) != AMR_TIER_SSD || tn >= AMR_MAX_TREES)
-			continue;
-		if (s->tree_records[tn].state != AMR_TREE_VALID &&
-			s->tree_records[tn].state != AMR_TREE_BUILDING)
-			continue;
-		if (!(s->tree_records[tn].flags & AMR_TREE_FLAG_BROKEN))
-		{
-			amr_tree_mark_broken(tn);
-			marked++;
-		}
-	}
-	if (marked > 0)
-		ereport(LOG,
-				(errmsg("amrtree: %u trees had leaves in the lost SSD slot file; their indexes are rebuilt",
-						marked)));
+	return amr_slotfile_open(amr_ssd_path, ssd_slots, hdr);
 }
 
 /* Decide how stores reach durability on this pool's medium. */
@@ -788,8 +798,6 @@ pool_open_or_create(void)
 		st.st_size = 0;
 	choose_persistence(path, amr_store.pmem_slots,
 					   (size_t) amr_store.pmem_nslots * AMR_SLOT_SIZE, (size_t) st.st_size);
-	if (ssd_leaves_lost)
-		mark_trees_with_lost_leaves();
 	pool_status = AMR_POOL_READY;
 	ereport(LOG,
 			(errmsg("amrtree: PMEM pool \"%s\": %u leaf slots of %d bytes, Leaf Table of %u entries, on %s; persisting with %s",

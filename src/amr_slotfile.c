@@ -35,11 +35,17 @@ AmrSsdIo	amr_ssd_io = {-1, AMR_IO_URING, AMR_SSD_SYNC_FDATASYNC, false, NULL, 0,
 static uint32 ssd_nslots = 0;
 static char ssd_media[128];
 
+/*
+ * Returns false if block 0 is not an amrtree slot file header, with errno
+ * set if it could not be read (0 if the file is too short to hold one).
+ */
 static bool
 read_ssd_header(int fd, AmrSsdHeader *h)
 {
 	char		buf[AMR_SLOT_SIZE];
 
+	memset(h, 0, sizeof(*h));
+	errno = 0;
 	if (pread(fd, buf, sizeof(buf), 0) != sizeof(buf))
 		return false;
 	memcpy(h, buf, sizeof(*h));
@@ -53,7 +59,15 @@ write_ssd_header(int fd, const AmrSsdHeader *h)
 
 	memset(buf, 0, sizeof(buf));
 	memcpy(buf, h, sizeof(*h));
-	return pwrite(fd, buf, sizeof(buf), 0) == sizeof(buf) && fsync(fd) == 0;
+	errno = 0;
+	if (pwrite(fd, buf, sizeof(buf), 0) != sizeof(buf))
+	{
+		/* a short write without an error: out of space, presumably */
+		if (errno == 0)
+			errno = ENOSPC;
+		return false;
+	}
+	return fsync(fd) == 0;
 }
 
 /* Slots of an existing slot file, so that the Leaf Table can cover them. */
@@ -75,8 +89,8 @@ amr_slotfile_peek_slots(const char *path)
 /*
  * Did the last amr_slotfile_open fail because the file's leaves are lost to
  * this pool (missing, wiped, truncated, or a stale file of this cluster) --
- * as opposed to an error that another server or a setting causes, where the
- * file must be left alone?
+ * as opposed to an error that another server, a setting, the file's
+ * permissions or the device causes, where the file must be left alone?
  */
 bool
 amr_slotfile_was_lost(void)
@@ -131,6 +145,7 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 	AmrSsdHeader h;
 	struct stat st;
 	int			fd;
+	int			rc;
 	int			flags = O_RDWR | PG_BINARY;
 
 	slotfile_lost = false;
@@ -158,11 +173,13 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 		if (!amr_prepare_parent_directory(path, "amrtree.ssd_path"))
 			return false;
 		fd = open(path, O_RDWR | O_CREAT | O_EXCL | PG_BINARY, S_IRUSR | S_IWUSR);
-		if (fd < 0 ||
-			posix_fallocate(fd, 0, (off_t) ((want_slots + 1) * AMR_SLOT_SIZE)) != 0)
+		/* posix_fallocate returns its error rather than setting errno */
+		rc = fd < 0 ? errno :
+			posix_fallocate(fd, 0, (off_t) ((want_slots + 1) * AMR_SLOT_SIZE));
+		if (rc != 0)
 		{
 			snprintf(detail, sizeof(detail), "creating \"%s\" (%llu MB) failed: %s", path,
-					 (unsigned long long) ((want_slots * AMR_SLOT_SIZE) >> 20), strerror(errno));
+					 (unsigned long long) ((want_slots * AMR_SLOT_SIZE) >> 20), strerror(rc));
 			if (fd >= 0)
 			{
 				close(fd);
@@ -223,13 +240,43 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 		}
 	}
 
+	/*
+	 * A file that cannot be opened or read says nothing about its contents:
+	 * it may well hold this pool's leaves, and a permission, a read-only
+	 * mount or a device error is for the operator to fix.  So refuse the pool
+	 * and leave the file alone; only a file that is read and turns out not to
+	 * be a slot file (or this pool's) is lost.
+	 */
 	fd = open(path, O_RDWR | PG_BINARY, 0);
-	if (fd < 0 || !read_ssd_header(fd, &h) || h.checksum != amr_ssd_header_checksum(&h))
+	if (fd < 0)
 	{
-		snprintf(detail, sizeof(detail), "\"%s\" has no valid amrtree slot file header%s%s",
-				 path, fd < 0 ? ": " : "", fd < 0 ? strerror(errno) : "");
-		if (fd >= 0)
-			close(fd);
+		int			open_errno = errno;
+
+		snprintf(detail, sizeof(detail), "open(\"%s\") for reading and writing failed: %s",
+				 path, strerror(open_errno));
+		amr_pool_fail("could not open the SSD slot file", detail,
+					  open_errno == EACCES || open_errno == EPERM ?
+					  "Give the server's operating system user read and write access to the file "
+					  "at amrtree.ssd_path, then restart the server.  The file was left as it is." :
+					  open_errno == EROFS ?
+					  "Mount the file system of amrtree.ssd_path read-write, then restart the "
+					  "server.  The file was left as it is." :
+					  "Correct the cause, then restart the server.  The file was left as it is.");
+		return false;
+	}
+	if (!read_ssd_header(fd, &h) && errno != 0)
+	{
+		snprintf(detail, sizeof(detail), "reading the header of \"%s\" failed: %s",
+				 path, strerror(errno));
+		close(fd);
+		amr_pool_fail("could not read the SSD slot file", detail,
+					  "Check the device, then restart the server.  The file was left as it is.");
+		return false;
+	}
+	if (h.magic != AMR_SSD_MAGIC || h.checksum != amr_ssd_header_checksum(&h))
+	{
+		snprintf(detail, sizeof(detail), "\"%s\" has no valid amrtree slot file header.", path);
+		close(fd);
 		slotfile_lost = true;
 		amr_pool_fail("the SSD slot file is not an amrtree slot file", detail,
 					  "Point amrtree.ssd_path at this cluster's slot file.");
@@ -304,16 +351,25 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 	if (want_slots > h.nslots)
 	{
 		/* enlarge: slots are appended, nothing moves */
-		if (posix_fallocate(fd, 0, (off_t) ((want_slots + 1) * AMR_SLOT_SIZE)) == 0)
+		rc = posix_fallocate(fd, 0, (off_t) ((want_slots + 1) * AMR_SLOT_SIZE));
+		if (rc == 0)
 		{
 			h.nslots = want_slots;
 			h.checksum = amr_ssd_header_checksum(&h);
 			if (write_ssd_header(fd, &h))
 				ereport(LOG, (errmsg("amrtree: enlarged SSD slot file \"%s\" to %llu slots",
 									 path, (unsigned long long) want_slots)));
+			else
+				rc = errno;
 		}
-		else
-			ereport(LOG, (errmsg("amrtree: could not enlarge SSD slot file \"%s\": %m", path)));
+		if (rc != 0)
+		{
+			/* posix_fallocate returns its error rather than setting errno */
+			errno = rc;
+			ereport(LOG,
+					(errcode_for_file_access(),
+					 errmsg("amrtree: could not enlarge SSD slot file \"%s\": %m", path)));
+		}
 	}
 	close(fd);
 

@@ -4,7 +4,9 @@
 # (refused) or held a moment longer by one on its way out (waited for),
 # a wiped pool with amrtree.auto_rebuild = off (queries skip
 # the index, writes succeed, the hint says REINDEX), a pool on an ordinary disk file, settings PostgreSQL rejects,
-# directories that do not exist, an SSD tier being switched off, and
+# directories that do not exist, an SSD tier being switched off, a slot
+# file the server may not open (refused, left alone) or cannot re-create
+# (its indexes still rebuilt at the next start), and
 # io_uring refused by a seccomp filter.
 use strict;
 use warnings;
@@ -278,6 +280,54 @@ $ssd->safe_psql('postgres', q{ALTER INDEX t_b SET (tiering = on); SELECT amrtree
 ok($ssd->safe_psql('postgres', q{SELECT leaves FROM amrtree_tier_stats('t_b') WHERE tier = 'ssd'}) > 0,
 	'turned back on, the SSD tier takes leaves again');
 is($ssd->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and the index is valid');
+$ssd->stop;
+
+# --- a slot file the server may not open is the operator's to fix, not a
+# lost file: it was taken for a foreign one, renamed to .lost-*, and the
+# indexes with leaves in it rebuilt
+my $forced = "SET enable_seqscan = off; SET enable_bitmapscan = off; $q";
+my $slots_size = -s $slots;
+chmod 0444, $slots or die;
+my $log_offset = -s $ssd->logfile;
+$ssd->start;
+($ret, $out, $err) = $ssd->psql('postgres', q{SELECT amrtree_check('t_b')});
+like($err, qr/is not usable: could not open the SSD slot file/, 'a slot file without write permission is refused');
+like($err, qr/DETAIL:  .*Permission denied/, '... saying why');
+my @lost = glob("$slots.lost-*");
+ok(-s $slots == $slots_size && !@lost, 'and left where and as it is');
+$ssd->stop;
+chmod 0600, $slots or die;
+$ssd->start;
+is($ssd->safe_psql('postgres', $forced), $expected, 'with the permissions fixed, the index answers');
+ok(!$ssd->log_contains('starting a new one|are rebuilt', $log_offset), 'from the same leaves, nothing rebuilt');
+$ssd->stop;
+
+# --- the slot file is missing, and the start that replaces it cannot create
+# the new one: the next start creates it, but the index that had leaves in
+# the lost file must still be rebuilt -- it was served from the empty file
+my $slot_dir = $ssd->data_dir . '/pg_amrtree';
+unlink $slots or die;
+chmod 0555, $slot_dir or die;
+$log_offset = -s $ssd->logfile;
+$ssd->start;
+($ret, $out, $err) = $ssd->psql('postgres', q{SELECT amrtree_check('t_b')});
+like($err, qr/is not usable: could not create the SSD slot file/, 'a slot file that cannot be created is an error');
+like($err, qr/DETAIL:  creating .* failed: Permission denied/, '... saying why');
+$ssd->stop;
+chmod 0700, $slot_dir or die;
+$ssd->start;
+($ret, $out, $err) = $ssd->psql('postgres', $forced);
+is($out, $expected, 'with the new file created at the next start, queries answer');
+my $rebuilt = 0;
+for (1 .. 300)
+{
+	($ret, $out, $err) = $ssd->psql('postgres', "SET enable_seqscan = off; EXPLAIN (COSTS OFF) $q");
+	last if ($rebuilt = $out =~ /t_b/);
+	select(undef, undef, undef, 0.2);
+}
+ok($rebuilt && $ssd->log_contains('rebuilt index "public.t_b"', $log_offset), 'the index is rebuilt');
+is($ssd->safe_psql('postgres', $forced), $expected, '... and answers');
+is($ssd->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', '... and is valid');
 $ssd->stop;
 
 # --- io_uring not allowed, as under Docker's default seccomp profile (since

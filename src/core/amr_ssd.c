@@ -132,12 +132,13 @@ pwrite_full(int fd, const void *buf, uint64_t off)
  */
 static int
 transfer_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n,
-			   bool write)
+			   bool write, int *failed)
 {
 	struct io_uring *ring;
 	int			first_error = 0;
 	int			i;
 
+	*failed = -1;
 	if (use_sync_io(io))
 	{
 		for (i = 0; i < n; i++)
@@ -147,7 +148,10 @@ transfer_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n,
 			pread_full(io->fd, bufs[i], off);
 
 			if (rc < 0)
+			{
+				*failed = i;
 				return rc;
+			}
 		}
 		return 0;
 	}
@@ -176,7 +180,10 @@ transfer_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n,
 			rc = io_uring_submit_and_wait(ring, (unsigned) batch);
 		while (rc == -EINTR);
 		if (rc < 0)
+		{
+			*failed = -1;
 			return rc;
+		}
 		for (j = 0; j < batch; j++)
 		{
 			struct io_uring_cqe *cqe;
@@ -187,7 +194,10 @@ transfer_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n,
 				rc = io_uring_wait_cqe(ring, &cqe);
 			while (rc == -EINTR);
 			if (rc < 0)
+			{
+				*failed = -1;
 				return rc;
+			}
 			res = cqe->res;
 			k = (int) (uintptr_t) io_uring_cqe_get_data(cqe);
 			io_uring_cqe_seen(ring, cqe);
@@ -202,22 +212,27 @@ transfer_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n,
 					res = AMR_SLOT_SIZE;
 			}
 			if (res < 0 && first_error == 0)
+			{
 				first_error = res;
+				*failed = k;
+			}
 		}
 	}
 	return first_error;
 }
 
 int
-amr_ssd_read_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n)
+amr_ssd_read_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n,
+				   int *failed)
 {
-	return transfer_slots(io, slots, bufs, n, false);
+	return transfer_slots(io, slots, bufs, n, false, failed);
 }
 
 int
-amr_ssd_write_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n)
+amr_ssd_write_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs, int n,
+					int *failed)
 {
-	return transfer_slots(io, slots, bufs, n, true);
+	return transfer_slots(io, slots, bufs, n, true, failed);
 }
 
 int

@@ -73,19 +73,22 @@ extern uint32_t amr_ssd_header_checksum(const AmrSsdHeader *h);
 /*
  * Read n slots into n 4 KiB-aligned buffers.  With io_uring all n reads are
  * submitted before waiting for any (queue depth n).  Returns 0, or -errno;
- * a short read returns -EIO.  If this process cannot set up a ring, this
- * and the writes below use pread/pwrite (io->ring_error says why).
+ * a short read returns -EIO.  On an error *failed is the index in slots[]
+ * of the slot whose transfer failed, or -1 if the failure was not one
+ * slot's (the ring's).  If this process cannot set up a ring, this and the
+ * writes below use pread/pwrite (io->ring_error says why).
  */
 extern int	amr_ssd_read_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs,
-							   int n);
+							   int n, int *failed);
 
 /*
  * Write n slots from n 4 KiB-aligned buffers, all submitted before waiting
  * for any (as amr_ssd_read_slots), without syncing: call amr_ssd_sync()
- * before anything may depend on them.  Returns 0 or -errno.
+ * before anything may depend on them.  Returns 0 or -errno, and *failed
+ * as amr_ssd_read_slots.
  */
 extern int	amr_ssd_write_slots(AmrSsdIo *io, const uint32_t *slots, void *const *bufs,
-								int n);
+								int n, int *failed);
 
 /*
  * Write one slot from a 4 KiB-aligned buffer; with "sync", make it durable

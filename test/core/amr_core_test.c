@@ -7,13 +7,18 @@
  * over every stored entry, and the structural checker must hold throughout.
  * Prints "ok <name>" / "FAIL <name>" per test and a closing line.
  */
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "amr_persist.h"
 #include "amr_policy.h"
+#include "amr_ssd.h"
 #include "amr_tree.h"
 
 #define T_SLOTS 60000
@@ -535,6 +540,51 @@ test_checksum(void)
 	leaf.entries[3].key.xlo += 1.0;
 	CHECK(!amr_leaf_image_checksum_ok(&leaf), "corruption not detected");
 	CHECK(amr_crc32c("123456789", 9) == 0xE3069283u, "CRC-32C check value");
+	return true;
+}
+
+/*
+ * An error in a batch of slot transfers names the slot that failed, not
+ * the batch's first: a file size limit makes the write of one slot in the
+ * middle fail (EFBIG), with pread/pwrite and with io_uring.
+ */
+static bool
+test_ssd_batch_error_slot(void)
+{
+	static AmrLeaf bufs[4] __attribute__((aligned(AMR_SLOT_SIZE)));
+	const uint32_t slots[4] = {0, 1, 10, 2};
+	void	   *ptrs[4] = {&bufs[0], &bufs[1], &bufs[2], &bufs[3]};
+	char		path[] = "/tmp/amr_core_test_ssd_XXXXXX";
+	struct rlimit old_limit;
+	struct rlimit limit;
+	int			m;
+
+	CHECK(getrlimit(RLIMIT_FSIZE, &old_limit) == 0, "getrlimit");
+	signal(SIGXFSZ, SIG_IGN);
+	for (m = 0; m < 2; m++)
+	{
+		AmrSsdIo	io = {-1, m == 0 ? AMR_IO_SYNC : AMR_IO_URING, AMR_SSD_SYNC_NONE,
+		false, NULL, 0, 0};
+		int			failed = 99;
+		int			rc;
+
+		io.fd = mkstemp(path);
+		CHECK(io.fd >= 0, "mkstemp");
+		unlink(path);
+		strcpy(path + strlen(path) - 6, "XXXXXX");
+		limit = old_limit;
+		limit.rlim_cur = amr_ssd_offset(4);
+		CHECK(setrlimit(RLIMIT_FSIZE, &limit) == 0, "setrlimit");
+		rc = amr_ssd_write_slots(&io, slots, ptrs, 4, &failed);
+		setrlimit(RLIMIT_FSIZE, &old_limit);
+		CHECK(rc == -EFBIG, "method %d: write returned %d, not -EFBIG", m, rc);
+		CHECK(failed == 2, "method %d: failed slot index %d, not 2", m, failed);
+		rc = amr_ssd_read_slots(&io, slots, ptrs, 4, &failed);
+		CHECK(rc == -EIO && failed == 2, "method %d: read returned %d for index %d", m, rc, failed);
+		amr_ssd_io_close(&io);
+		close(io.fd);
+	}
+	signal(SIGXFSZ, SIG_DFL);
 	return true;
 }
 
@@ -1231,6 +1281,7 @@ main(void)
 		{"nan_keys_prune_safely", test_nan_keys_prune_safely},
 		{"rstar_split_balanced", test_rstar_split},
 		{"leaf_checksum", test_checksum},
+		{"ssd_batch_error_names_slot", test_ssd_batch_error_slot},
 		{"leaf_mbr_is_union_of_rounded_keys", test_leaf_mbr_is_union},
 		{"bulk_pack_and_collect", test_bulk_pack},
 		{"point_pack_matches_box_pack", test_point_pack},
