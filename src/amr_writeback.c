@@ -324,6 +324,28 @@ wb_flush_wal(void)
 	wb_write_extent(true);
 }
 
+/*
+ * Write n pages copied into buf (pages[i], ascending, at buf + i pages) to
+ * the file, consecutive ones with one write, after making the WAL their
+ * changes could depend on durable.
+ */
+static void
+wb_write_copied(const char *buf, const uint64 *pages, int n)
+{
+	int			i = 0;
+
+	wb_flush_wal();
+	while (i < n)
+	{
+		int			j = i + 1;
+
+		while (j < n && pages[j] == pages[j - 1] + 1)
+			j++;
+		wb_pwrite_pages(buf + (size_t) i * WB_PAGE, pages[i], pages[j - 1] + 1);
+		i = j;
+	}
+}
+
 /* Write page runs of the copy through to the file, synced. */
 static void
 wb_write_through_runs(const uint64 *lo, const uint64 *hi, int n)
@@ -534,7 +556,6 @@ wb_write_leaf_table(void)
 	while (p < end)
 	{
 		int			n = 0;
-		int			i = 0;
 
 		for (; p < end && n < WB_WRITE_BATCH; p++)
 		{
@@ -549,16 +570,7 @@ wb_write_leaf_table(void)
 		}
 		if (n == 0)
 			break;
-		wb_flush_wal();
-		while (i < n)
-		{
-			int			j = i + 1;
-
-			while (j < n && pages[j] == pages[j - 1] + 1)
-				j++;
-			wb_pwrite_pages(buf + (size_t) i * WB_PAGE, pages[i], pages[j - 1] + 1);
-			i = j;
-		}
+		wb_write_copied(buf, pages, n);
 	}
 	if (buf != NULL)
 		pfree(buf);
@@ -791,18 +803,7 @@ wb_write_dirty(char *buf)
 			}
 			if (n == WB_WRITE_BATCH || (bits == 0 && w == nwords && n > 0))
 			{
-				int			i = 0;
-
-				wb_flush_wal();
-				while (i < n)
-				{
-					int			j = i + 1;
-
-					while (j < n && pages[j] == pages[j - 1] + 1)
-						j++;
-					wb_pwrite_pages(buf + (size_t) i * WB_PAGE, pages[i], pages[j - 1] + 1);
-					i = j;
-				}
+				wb_write_copied(buf, pages, n);
 				pg_atomic_fetch_add_u64(&wb_shared->pages_written, (uint64) n);
 				n = 0;
 				if (bits == 0)
