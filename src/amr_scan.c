@@ -1090,10 +1090,20 @@ knn_hold_returned(IndexScanDesc scan, uint64 payload)
 	const AmrKnnRead *rd = &so->knn_reads[so->hit_read[payload]];
 	const AmrKnnHit *hit = &so->hits[payload];
 	uint32		leaf_id = rd->leaf_id;
+	bool		unsplit;
 
 	amr_pin_leaf(t, leaf_id);
-	if (rd->quiet && amr_removals_begun(t) == rd->removals &&
-		amr_sync_read(&amr_store.leaves[leaf_id].nsn) <= rd->nsn)
+
+	/*
+	 * Under the leaf lock a split (which holds it exclusively) is either
+	 * done, its new NSN visible, or not begun -- and then sees the pin (on a
+	 * standby, amr_redo_note_split makes removals from the right half wait
+	 * for it).
+	 */
+	LWLockAcquire(amr_leaf_lock(leaf_id), LW_SHARED);
+	unsplit = amr_store.leaves[leaf_id].nsn <= rd->nsn;
+	LWLockRelease(amr_leaf_lock(leaf_id));
+	if (rd->quiet && amr_removals_begun(t) == rd->removals && unsplit)
 	{
 		so->returned_leaf = leaf_id;
 		return true;
