@@ -894,6 +894,10 @@ finish(void)
 			AMR_WORD_TIER(word) == AMR_TIER_NONE || owner >= AMR_MAX_TREES ||
 			(s->tree_records[owner].flags & AMR_TREE_FLAG_BROKEN))
 			continue;
+		/* a build the crash cut short: reclaimed below, nothing to report */
+		if (s->tree_records[owner].state == AMR_TREE_BUILDING &&
+			!creator_committed((TransactionId) s->tree_records[owner].create_xid))
+			continue;
 		ereport(WARNING,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 (s->leaves[id].flags & AMR_LEAF_VOLATILE_SUSPECT) ?

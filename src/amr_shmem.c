@@ -171,6 +171,7 @@ amr_shmem_startup(void)
 		LWLockInitialize(&amr_shared->directory_lock, amr_shared->tree_tranche);
 		LWLockInitialize(&amr_shared->attach_lock, amr_shared->tree_tranche);
 		LWLockInitialize(&amr_shared->publish_lock, amr_shared->tree_tranche);
+		LWLockInitialize(&amr_shared->writeback_lock, amr_shared->tree_tranche);
 		ConditionVariableInit(&amr_shared->tier_cv);
 		pg_atomic_init_u32(&amr_shared->attached, 0);
 		pg_atomic_init_u32(&amr_shared->finished, 0);

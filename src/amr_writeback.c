@@ -95,13 +95,6 @@ typedef struct AmrWbShared
 								 * everything: checkpoints need fences */
 	pg_atomic_uint64 pages_written;
 	pg_atomic_uint64 fences;
-
-	/*
-	 * Odd while the worker holds pages it has taken off the dirty bitmap and
-	 * not yet written (wb_write_dirty): what a commit that must see them in
-	 * the file waits for (wb_write_leaf_table).
-	 */
-	pg_atomic_uint32 claimed;
 	pg_atomic_uint64 fenced_redo;
 	uint64		npages;			/* pages of the pool file */
 	uint32		nprocs;			/* change counters, by pgprocno */
@@ -199,7 +192,6 @@ amr_wb_shmem_attach(char *base, bool init)
 	pg_atomic_init_u32(&wb_shared->fencing, 0);
 	pg_atomic_init_u64(&wb_shared->pages_written, 0);
 	pg_atomic_init_u64(&wb_shared->fences, 0);
-	pg_atomic_init_u32(&wb_shared->claimed, 0);
 	pg_atomic_init_u64(&wb_shared->fenced_redo, 0);
 	pg_atomic_init_u32(&wb_shared->partner_holding, 0);
 	pg_atomic_init_u32(&wb_shared->partner_asked, 0);
@@ -528,10 +520,10 @@ amr_wb_note_wal_skipped(void)
 /*
  * Write every dirty page of the Leaf Table, as the worker writes pages:
  * copied first, then the WAL flushed, then written, so that no change in
- * them lacks a durable record.  Then wait until the pages the worker has
- * taken off the dirty bitmap and not written yet are written too: after
- * this (and a sync) the file's Leaf Table is at least as new as the copy's
- * was when we began.
+ * them lacks a durable record.  The caller holds writeback_lock, so no
+ * copy the worker took earlier can land on a page after us: after this
+ * (and a sync) the file's Leaf Table is at least as new as the copy's was
+ * when we began.
  *
  * Why a transaction that skips the WAL needs it: the slots and leaf ids it
  * takes may have been freed by logged changes of other leaves (a split, a
@@ -551,7 +543,6 @@ wb_write_leaf_table(void)
 	uint64		pages[WB_WRITE_BATCH];
 	char	   *buf = NULL;
 	uint64		p = first;
-	uint32		claimed;
 
 	while (p < end)
 	{
@@ -574,20 +565,6 @@ wb_write_leaf_table(void)
 	}
 	if (buf != NULL)
 		pfree(buf);
-
-	/*
-	 * A page that was not dirty when we looked was written before, or the
-	 * worker has taken it and holds it (claimed is then odd, for it became
-	 * odd before the bit was cleared): wait for that write.  It goes into the
-	 * page cache of the same file, so the caller's sync covers it.
-	 */
-	pg_memory_barrier();
-	claimed = pg_atomic_read_u32(&wb_shared->claimed);
-	while ((claimed & 1) != 0 && pg_atomic_read_u32(&wb_shared->claimed) == claimed)
-	{
-		CHECK_FOR_INTERRUPTS();
-		pg_usleep(100L);
-	}
 }
 
 void
@@ -595,9 +572,22 @@ amr_wb_pre_commit(void)
 {
 	if (!wb_wal_skipped)
 		return;
+
+	/*
+	 * Exclusive of the worker's writes: a page it copied before our changes
+	 * (a slot of ours holding another leaf's image, a Leaf Table page without
+	 * the free of a slot we took) and wrote after ours would undo them in the
+	 * file.  A page the worker takes after this copies the copy as it is
+	 * then, ours included.
+	 */
+	if (wb_shared != NULL)
+		LWLockAcquire(&amr_shared->writeback_lock, LW_EXCLUSIVE);
 	wb_skipped_write();
 	if (wb_shared != NULL)
+	{
 		wb_write_leaf_table();
+		LWLockRelease(&amr_shared->writeback_lock);
+	}
 	wb_fdatasync();
 	wb_wal_skipped = false;
 }
@@ -768,6 +758,12 @@ wb_wait_for_changes_in_progress(void)
  * so far durable, then write the copies.  A change that lands in a page
  * after its copy marks it again; one caught half-way in the copy has its
  * record inserted before the copy began, so the flush covers it.
+ *
+ * Under writeback_lock, which a commit that skipped the WAL takes to
+ * write its pages (amr_wb_pre_commit): a copy taken here before that
+ * commit's changes must not reach the file after them.  The lock also
+ * holds interrupts off, so a shutdown cannot stop us with pages taken off
+ * the bitmap and not written.
  */
 static void
 wb_write_dirty(char *buf)
@@ -777,19 +773,13 @@ wb_write_dirty(char *buf)
 	int			n = 0;
 	uint64		w;
 
+	LWLockAcquire(&amr_shared->writeback_lock, LW_EXCLUSIVE);
 	for (w = 0; w <= nwords; w++)
 	{
 		uint64		bits = 0;
 
 		if (w < nwords && pg_atomic_read_u64(&wb_dirty[w]) != 0)
-		{
-			/* odd from before the first page is taken until all are written */
-			if (n == 0)
-				pg_atomic_fetch_add_u32(&wb_shared->claimed, 1);
 			bits = pg_atomic_exchange_u64(&wb_dirty[w], 0);
-			if (bits == 0 && n == 0)
-				pg_atomic_fetch_add_u32(&wb_shared->claimed, 1);
-		}
 		while (bits != 0 || (w == nwords && n > 0))
 		{
 			if (bits != 0)
@@ -806,14 +796,10 @@ wb_write_dirty(char *buf)
 				wb_write_copied(buf, pages, n);
 				pg_atomic_fetch_add_u64(&wb_shared->pages_written, (uint64) n);
 				n = 0;
-				if (bits == 0)
-					pg_atomic_fetch_add_u32(&wb_shared->claimed, 1);
 			}
 		}
-		/* not while pages are taken: an exit would lose them */
-		if ((w & 1023) == 0 && n == 0)
-			CHECK_FOR_INTERRUPTS();
 	}
+	LWLockRelease(&amr_shared->writeback_lock);
 }
 
 /*
@@ -993,9 +979,9 @@ wb_disarm(int code, Datum arg)
 {
 	char	   *buf = (char *) DatumGetPointer(arg);
 
-	/* a write that failed left pages taken: nobody is to wait for them */
-	if (wb_shared != NULL && (pg_atomic_read_u32(&wb_shared->claimed) & 1) != 0)
-		pg_atomic_fetch_add_u32(&wb_shared->claimed, 1);
+	/* an error in wb_write_dirty exits here with the lock still ours */
+	if (amr_shared != NULL && LWLockHeldByMe(&amr_shared->writeback_lock))
+		LWLockRelease(&amr_shared->writeback_lock);
 	if (wb_shared == NULL || pg_atomic_read_u32(&wb_shared->armed) == 0)
 		return;
 	/* we may be exiting on a termination request: do not act on it again */

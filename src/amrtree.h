@@ -196,6 +196,10 @@ typedef struct AmrSharedState
 	LWLock		publish_lock;	/* shared by slot reservations that are not
 								 * yet published; exclusive for a consistent
 								 * allocator check */
+	LWLock		writeback_lock; /* held by the write-back worker from taking
+								 * pages off the dirty bitmap until they are
+								 * written, and by a commit that skipped the
+								 * WAL while it writes (amr_writeback.c) */
 	ConditionVariable tier_cv;	/* a tree's tier lock was released */
 	pg_atomic_uint32 attached;	/* DRAM tier built from the pool since the
 								 * (re)start (amr_attach) */
