@@ -580,11 +580,12 @@ amr_wb_pre_commit(void)
 	 * file.  A page the worker takes after this copies the copy as it is
 	 * then, ours included.
 	 */
-	if (wb_shared != NULL)
-		LWLockAcquire(&amr_shared->writeback_lock, LW_EXCLUSIVE);
-	wb_skipped_write();
-	if (wb_shared != NULL)
+	if (wb_shared == NULL)
+		wb_skipped_write();
+	else
 	{
+		LWLockAcquire(&amr_shared->writeback_lock, LW_EXCLUSIVE);
+		wb_skipped_write();
 		wb_write_leaf_table();
 		LWLockRelease(&amr_shared->writeback_lock);
 	}
