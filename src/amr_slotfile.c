@@ -146,6 +146,7 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 	struct stat st;
 	int			fd;
 	int			rc;
+	bool		header_ok;
 	int			flags = O_RDWR | PG_BINARY;
 
 	slotfile_lost = false;
@@ -264,7 +265,8 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 					  "Correct the cause, then restart the server.  The file was left as it is.");
 		return false;
 	}
-	if (!read_ssd_header(fd, &h) && errno != 0)
+	header_ok = read_ssd_header(fd, &h);
+	if (!header_ok && errno != 0)
 	{
 		snprintf(detail, sizeof(detail), "reading the header of \"%s\" failed: %s",
 				 path, strerror(errno));
@@ -273,7 +275,7 @@ amr_slotfile_open(const char *path, uint64 want_slots, AmrPoolHeader *hdr)
 					  "Check the device, then restart the server.  The file was left as it is.");
 		return false;
 	}
-	if (h.magic != AMR_SSD_MAGIC || h.checksum != amr_ssd_header_checksum(&h))
+	if (!header_ok || h.checksum != amr_ssd_header_checksum(&h))
 	{
 		snprintf(detail, sizeof(detail), "\"%s\" has no valid amrtree slot file header.", path);
 		close(fd);
