@@ -318,14 +318,8 @@ chmod 0700, $slot_dir or die;
 $ssd->start;
 ($ret, $out, $err) = $ssd->psql('postgres', $forced);
 is($out, $expected, 'with the new file created at the next start, queries answer');
-my $rebuilt = 0;
-for (1 .. 300)
-{
-	($ret, $out, $err) = $ssd->psql('postgres', "SET enable_seqscan = off; EXPLAIN (COSTS OFF) $q");
-	last if ($rebuilt = $out =~ /t_b/);
-	select(undef, undef, undef, 0.2);
-}
-ok($rebuilt && $ssd->log_contains('rebuilt index "public.t_b"', $log_offset), 'the index is rebuilt');
+ok(amr_wait_for_index_use($ssd, 'postgres', $q, 't_b', 60)
+	  && $ssd->log_contains('rebuilt index "public.t_b"', $log_offset), 'the index is rebuilt');
 is($ssd->safe_psql('postgres', $forced), $expected, '... and answers');
 is($ssd->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', '... and is valid');
 $ssd->stop;

@@ -90,16 +90,6 @@ $intruder->stop;
 # truncated, then missing slot file: its leaves are lost to the pool, so
 # the file is replaced (a truncated one kept aside), queries answer from the
 # table meanwhile, and the index is rebuilt
-sub rebuilt_within
-{
-	my ($secs) = @_;
-	for (1 .. $secs * 5)
-	{
-		return 1 if $primary->safe_psql('postgres', "SET enable_seqscan = off; EXPLAIN (COSTS OFF) $q") =~ /t_b/;
-		select(undef, undef, undef, 0.2);
-	}
-	return 0;
-}
 my $forced = "SET enable_seqscan = off; SET enable_bitmapscan = off; $q";
 truncate($slots, (-s $slots) / 2) or die;
 my $log_offset = -s $primary->logfile;
@@ -107,7 +97,7 @@ $primary->start;
 is($primary->safe_psql('postgres', $forced), $expected, 'with a truncated slot file, queries still answer');
 ok($primary->log_contains('the SSD slot file .* cannot be used \(the SSD slot file is truncated\); starting a new one', $log_offset),
 	'the truncated slot file is replaced, saying why');
-ok(rebuilt_within(120), 'the index is rebuilt');
+ok(amr_wait_for_index_use($primary, 'postgres', $q, 't_b', 120), 'the index is rebuilt');
 is($primary->safe_psql('postgres', $forced), $expected, '... and answers');
 $primary->stop;
 unlink glob("$slots.lost-*");
@@ -115,7 +105,7 @@ unlink $slots or die;
 $log_offset = -s $primary->logfile;
 $primary->start;
 is($primary->safe_psql('postgres', $forced), $expected, 'with the slot file missing, queries still answer');
-ok(rebuilt_within(120), 'the index is used again');
+ok(amr_wait_for_index_use($primary, 'postgres', $q, 't_b', 120), 'the index is used again');
 is($primary->safe_psql('postgres', "SET enable_seqscan = off; SET enable_bitmapscan = off; $q"), $expected,
 	'and everything is back');
 is($primary->safe_psql('postgres', q{SELECT amrtree_check('t_b')}), 't', 'and valid');

@@ -14,7 +14,7 @@ use Test::More;
 
 our @EXPORT = qw(amr_node amr_pool_path amr_forget_pool amr_standby_own_pool amr_load_porto amr_setup_parity
   amr_porto_windows amr_with_and_without_index amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server
-  amr_wait_for_crash_restart amr_pool_header amr_setup_snapshot_checks);
+  amr_wait_for_crash_restart amr_pool_header amr_setup_snapshot_checks amr_wait_for_index_use);
 
 my $tag = $ENV{AMR_POOL_TAG} || "amrtree-tap-$$-" . time();
 my $src = $ENV{AMR_SRC} || dirname(__FILE__) . '/..';
@@ -362,6 +362,21 @@ sub amr_wait_for_server
 		};
 		return 1 if $ok;
 		select(undef, undef, undef, 0.1);
+	}
+	return 0;
+}
+
+# Wait up to $secs seconds until the planner, with sequential scans off,
+# uses the index $index for $query in $db again (after a rebuild in the
+# background); whether it did.
+sub amr_wait_for_index_use
+{
+	my ($node, $db, $query, $index, $secs) = @_;
+	for (1 .. $secs * 5)
+	{
+		my ($ret, $plan) = $node->psql($db, "SET enable_seqscan = off; EXPLAIN (COSTS OFF) $query");
+		return 1 if $ret == 0 && $plan =~ /\Q$index\E/;
+		select(undef, undef, undef, 0.2);
 	}
 	return 0;
 }
