@@ -335,7 +335,22 @@ pool_grow(PMEMobjpool *old, const char *path, size_t new_size, uint64 ssd_slots)
 	pop = pool_create(tmp, new_size, oh->pool_id, oh->created_at, ssd_slots,
 					  oh->ssd_file_id);
 	if (pop == NULL)
+	{
+		/*
+		 * pool_create logged why, as if the pool itself could not be created;
+		 * say that the server goes on with the old one, and what that costs.
+		 */
+		unlink(tmp);
+		ereport(LOG,
+				(errmsg("amrtree: could not enlarge PMEM pool \"%s\" to %zu MB; it keeps its %llu leaf slots and a Leaf Table of %llu entries",
+						path, new_size >> 20, (unsigned long long) oh->pmem_nslots,
+						(unsigned long long) oh->lt_capacity),
+				 errdetail("amrtree.pmem_size or amrtree.ssd_size asks for a larger pool; the SSD tier uses at most %llu slots until it is enlarged.",
+						   (unsigned long long) (oh->lt_capacity - Min(oh->lt_capacity, oh->pmem_nslots))),
+				 errhint("Make room for a copy of the pool of %zu MB next to it (\"%s\"), then restart.",
+						 new_size >> 20, tmp)));
 		return old;
+	}
 	nh = pool_header(pop);
 	if (nh->pmem_nslots < oh->pmem_nslots || nh->lt_capacity < oh->lt_capacity)
 	{

@@ -244,7 +244,9 @@ wb_pwrite_pages(const char *src, uint64 lo, uint64 hi)
 			ereport(IsUnderPostmaster ? ERROR : LOG,
 					(errcode_for_file_access(),
 					 errmsg("could not write to amrtree pool \"%s\": %m",
-							amr_pool_path_display())));
+							amr_pool_path_display()),
+					 errdetail("Writing %zu bytes at offset %lld.",
+							   len - done, (long long) (off + (off_t) done))));
 			return;
 		}
 		done += (size_t) n;
@@ -755,10 +757,71 @@ wb_wait_for_changes_in_progress(void)
 /* ---- the worker ---- */
 
 /*
+ * The worker's pages taken off the dirty bitmap and not yet written: if a
+ * write fails they are marked dirty again (wb_restore_taken), or the file
+ * would miss them for good -- the exit path (wb_disarm) and the next
+ * worker, finding nothing dirty, would record the file complete, and a
+ * later start would load it and lose their changes.  Kept dirty, they
+ * hold off every checkpoint (the partner keeps fencing) until a worker
+ * has written them.
+ */
+static uint64 wb_taken[WB_WRITE_BATCH];
+static int	wb_ntaken = 0;
+
+/*
+ * Mark the pages taken and not written dirty again.  Run where the worker
+ * ends up after a failed write: wb_disarm, after an error, and (a failure
+ * in wb_disarm itself is FATAL and exits without unwinding) an exit
+ * callback that runs after it.
+ */
+static void
+wb_restore_taken(void)
+{
+	int			i;
+
+	if (wb_shared == NULL)
+		return;
+	for (i = 0; i < wb_ntaken; i++)
+		pg_atomic_fetch_or_u64(&wb_dirty[wb_taken[i] >> 6],
+							   UINT64CONST(1) << (wb_taken[i] & 63));
+	wb_ntaken = 0;
+}
+
+static void
+wb_restore_taken_at_exit(int code, Datum arg)
+{
+	wb_restore_taken();
+}
+
+/* Whether any page of the pool is marked dirty. */
+static bool
+wb_any_dirty(void)
+{
+	uint64		nwords = (wb_shared->npages + 64) / 64;
+	uint64		w;
+
+	for (w = 0; w < nwords; w++)
+		if (pg_atomic_read_u64(&wb_dirty[w]) != 0)
+			return true;
+	return false;
+}
+
+static void
+wb_write_dirty_context(void *arg)
+{
+	errcontext("writing back %d dirty pages of the pool (they stay dirty, to be written again when the write-back worker restarts)",
+			   wb_ntaken);
+}
+
+/*
  * Write every dirty page: clear its bit, copy it, make the WAL inserted
  * so far durable, then write the copies.  A change that lands in a page
  * after its copy marks it again; one caught half-way in the copy has its
  * record inserted before the copy began, so the flush covers it.
+ *
+ * Pages are taken off the bitmap a whole word at a time, as many words as
+ * fit in a batch, so that every page taken and not yet written is in
+ * wb_taken when a write fails.
  *
  * Under writeback_lock, which a commit that skipped the WAL takes to
  * write its pages (amr_wb_pre_commit): a copy taken here before that
@@ -770,37 +833,41 @@ static void
 wb_write_dirty(char *buf)
 {
 	uint64		nwords = (wb_shared->npages + 64) / 64;
-	uint64		pages[WB_WRITE_BATCH];
-	int			n = 0;
-	uint64		w;
+	uint64		w = 0;
+	ErrorContextCallback errcallback;
 
+	Assert(wb_ntaken == 0);
+	errcallback.callback = wb_write_dirty_context;
+	errcallback.arg = NULL;
+	errcallback.previous = error_context_stack;
+	error_context_stack = &errcallback;
 	LWLockAcquire(&amr_shared->writeback_lock, LW_EXCLUSIVE);
-	for (w = 0; w <= nwords; w++)
+	while (w < nwords)
 	{
-		uint64		bits = 0;
-
-		if (w < nwords && pg_atomic_read_u64(&wb_dirty[w]) != 0)
-			bits = pg_atomic_exchange_u64(&wb_dirty[w], 0);
-		while (bits != 0 || (w == nwords && n > 0))
+		for (; w < nwords && wb_ntaken <= WB_WRITE_BATCH - 64; w++)
 		{
-			if (bits != 0)
+			uint64		bits;
+
+			if (pg_atomic_read_u64(&wb_dirty[w]) == 0)
+				continue;
+			bits = pg_atomic_exchange_u64(&wb_dirty[w], 0);
+			while (bits != 0)
 			{
-				int			b = pg_rightmost_one_pos64(bits);
+				uint64		p = w * 64 + (uint64) pg_rightmost_one_pos64(bits);
 
 				bits &= bits - 1;
-				pages[n] = w * 64 + (uint64) b;
-				memcpy(buf + (size_t) n * WB_PAGE, wb_copy + pages[n] * WB_PAGE, WB_PAGE);
-				n++;
-			}
-			if (n == WB_WRITE_BATCH || (bits == 0 && w == nwords && n > 0))
-			{
-				wb_write_copied(buf, pages, n);
-				pg_atomic_fetch_add_u64(&wb_shared->pages_written, (uint64) n);
-				n = 0;
+				memcpy(buf + (size_t) wb_ntaken * WB_PAGE, wb_copy + p * WB_PAGE, WB_PAGE);
+				wb_taken[wb_ntaken++] = p;
 			}
 		}
+		if (wb_ntaken == 0)
+			break;
+		wb_write_copied(buf, wb_taken, wb_ntaken);
+		pg_atomic_fetch_add_u64(&wb_shared->pages_written, (uint64) wb_ntaken);
+		wb_ntaken = 0;
 	}
 	LWLockRelease(&amr_shared->writeback_lock);
+	error_context_stack = errcallback.previous;
 }
 
 /*
@@ -983,6 +1050,8 @@ wb_disarm(int code, Datum arg)
 	/* an error in wb_write_dirty exits here with the lock still ours */
 	if (amr_shared != NULL && LWLockHeldByMe(&amr_shared->writeback_lock))
 		LWLockRelease(&amr_shared->writeback_lock);
+	/* and with the pages it had taken not written: write them below */
+	wb_restore_taken();
 	if (wb_shared == NULL || pg_atomic_read_u32(&wb_shared->armed) == 0)
 		return;
 	/* we may be exiting on a termination request: do not act on it again */
@@ -1011,6 +1080,8 @@ amr_wb_worker_main(Datum arg)
 
 	wb_process_start(false);
 	buf = MemoryContextAlloc(TopMemoryContext, (Size) WB_WRITE_BATCH * WB_PAGE);
+	/* runs after wb_disarm, also when a failed write ends it (FATAL) */
+	before_shmem_exit(wb_restore_taken_at_exit, (Datum) 0);
 	before_shmem_exit(wb_disarm, PointerGetDatum(buf));
 
 	/*
@@ -1020,7 +1091,14 @@ amr_wb_worker_main(Datum arg)
 	 */
 	wb_hold_checkpoints();
 	fenced = GetRedoRecPtr();
-	amr_store.header->fenced_redo = fenced;
+
+	/*
+	 * Unless a worker before us failed to write some pages (they are still
+	 * marked): then the file is complete only up to that worker's last fence,
+	 * which the header still says, until our first fence succeeds.
+	 */
+	if (!wb_any_dirty())
+		amr_store.header->fenced_redo = fenced;
 	amr_store.header->writeback = AMR_WB_FENCED;
 	wb_write_header();
 	pg_atomic_write_u32(&wb_shared->fencing, 1);
