@@ -163,7 +163,9 @@ redo_broken(AmrTree *t, const char *why)
 			 errmsg("amrtree: WAL replay cannot follow the tree of relation %u/%u/%u: %s",
 					rec->spc_oid, rec->db_oid, rec->relfilenode, why),
 			 errdetail("Its index cannot be used on this server until it is rebuilt."),
-			 errhint("REINDEX the index on the primary; this server follows.")));
+			 StandbyMode ?
+			 errhint("REINDEX the index on the primary; this server follows.") :
+			 errhint("Once recovery ends, the index is rebuilt in the background if amrtree.auto_rebuild is on; otherwise REINDEX it then.")));
 	amr_tree_mark_broken(t->tree_no);
 }
 
