@@ -157,8 +157,9 @@ amr_note_replay_end(XLogRecPtr replay_end)
  * (PostgreSQL truncates a dropped relation's first segment at commit and
  * unlinks it at the next checkpoint), or starts with a page that is not
  * this tree's metapage (the relfilenode was reused).  Anything uncertain --
- * a missing tablespace, an I/O error, a short file -- keeps the tree: a
- * leaked tree costs space, a wrongly dropped one costs a REINDEX.
+ * a missing tablespace, an I/O error, a short file, a page that fails its
+ * checksum -- keeps the tree: a leaked tree costs space, a wrongly dropped
+ * one costs a REINDEX.
  *
  * Reads the file itself, not through shared buffers: reconciliation runs
  * after the end-of-recovery checkpoint (or a clean shutdown's), so the
@@ -214,6 +215,20 @@ tree_owner_gone(const AmrTreeRecord *rec, uint32 tree_no)
 	if (n == 0)
 		return true;
 	if (n != BLCKSZ || PageIsNew((Page) page.data))
+		return false;
+
+	/*
+	 * A page that fails PostgreSQL's own verification (its data checksum, or
+	 * a header that is no page's) may well be this tree's metapage with a
+	 * damaged byte, and a damaged byte in the tree number or generation would
+	 * make it look like another tree's: that is uncertain, so the tree stays.
+	 * Reading the index then reports the damage as PostgreSQL does ("invalid
+	 * page in block 0"), ignore_checksum_failure still reaches the tree, and
+	 * REINDEX replaces it; dropping it here would instead leave an index
+	 * whose tree is gone and whose metapage cannot be read, which the
+	 * background rebuild cannot find either.
+	 */
+	if (!PageIsVerifiedExtended((Page) page.data, 0, 0))
 		return false;
 	memcpy(&meta, PageGetContents((Page) page.data), sizeof(meta));
 	if (meta.magic != AMR_META_MAGIC)
