@@ -1133,8 +1133,18 @@ amr_redo_startup(void)
 		amr_attach(true);
 		pg_atomic_write_u32(&amr_shared->attached, 1);
 		redo_active = true;
+		amr_wb_recovery_register_exit();
+
+		/*
+		 * The pool was given up before replay began (a write-back file not
+		 * complete up to where replay starts: amr_writeback.c, wb_load): its
+		 * trees are dropped when recovery ends, and until then a hot
+		 * standby's queries must not read them.
+		 */
+		if (amr_store.header->history_reset != 0)
+			give_up_pool();
 		/* the timeline recovery targets may rule the pool out */
-		if (!amr_lineage_at_redo_start())
+		else if (!amr_lineage_at_redo_start())
 			give_up_pool();
 	}
 	PG_CATCH();

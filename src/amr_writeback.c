@@ -457,6 +457,48 @@ wb_recovery_write(size_t off, size_t len)
 		wb_recovery_sync();
 }
 
+/*
+ * The startup process exits during recovery (a standby's clean shutdown):
+ * sync the file and record that it is complete up to the replay position
+ * (AMR_WB_STOPPED).  The shutdown restartpoint that follows has its redo
+ * pointer before that position, so the next start finds the file complete
+ * up to where replay resumes without the same-boot trust of
+ * AMR_WB_RECOVERY, which would also take an older copy of the file, put
+ * back while the server was stopped, for the file replay wrote (wb_load).
+ * An immediate stop or a crash skips this and keeps that trust.
+ */
+static void
+wb_recovery_at_exit(int code, Datum arg)
+{
+	AmrPoolHeader *hdr;
+
+	/* after the end of recovery the file is complete (amr_wb_recovery_done) */
+	if (!wb_active || wb_copy == NULL || !RecoveryInProgress())
+		return;
+	hdr = (AmrPoolHeader *) (wb_copy + wb_header_off);
+
+	/*
+	 * Also when replay wrote nothing since the start: the header then says
+	 * complete, which a start cannot check against the redo pointer, so an
+	 * older copy of the file saying the same would pass.
+	 */
+	hdr->writeback = AMR_WB_STOPPED;
+	hdr->boot = 0;
+	wb_recovery_sync();
+}
+
+void
+amr_wb_recovery_register_exit(void)
+{
+	static bool registered = false;
+
+	if (wb_active && !registered)
+	{
+		before_shmem_exit(wb_recovery_at_exit, (Datum) 0);
+		registered = true;
+	}
+}
+
 void
 amr_wb_recovery_done(void)
 {
@@ -1351,6 +1393,15 @@ wb_load(void)
 		XLogRecPtr	start = wb_recovery_start();
 		bool		same_boot;
 
+		/*
+		 * Replay that was not stopped cleanly (AMR_WB_RECOVERY) left pages it
+		 * wrote unsynced; on the same boot the page cache still has them.  A
+		 * clean stop synced the file and recorded how far it is complete
+		 * (AMR_WB_STOPPED: wb_recovery_at_exit), so that position decides, as
+		 * after a reboot: an older copy of the file put back while the server
+		 * was stopped would otherwise be taken for the file replay wrote, and
+		 * miss every change between the two.
+		 */
 		same_boot = hdr->writeback == AMR_WB_RECOVERY &&
 			hdr->boot != 0 && hdr->boot == wb_boot_tag();
 

@@ -257,6 +257,9 @@ extern void amr_wb_reload(void);
 /* Startup process, end of redo: sync what replay wrote, mark the file complete. */
 extern void amr_wb_recovery_done(void);
 
+/* Startup process: sync the pool when it exits during recovery. */
+extern void amr_wb_recovery_register_exit(void);
+
 /* Shared memory for dirty pages and change counters, and attaching to it. */
 extern Size amr_wb_shmem_size(void);
 extern void amr_wb_shmem_attach(char *base, bool init);

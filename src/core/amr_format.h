@@ -86,6 +86,10 @@ typedef struct AmrPoolHeader
 #define AMR_WB_FENCED		1	/* written back; complete before fenced_redo */
 #define AMR_WB_RECOVERY		2	/* replay wrote without syncing since
 								 * fenced_redo, during boot */
+#define AMR_WB_STOPPED		3	/* replay stopped cleanly and synced: complete
+								 * before fenced_redo (older versions never
+								 * wrote it, so their files keep the same-boot
+								 * trust of AMR_WB_RECOVERY) */
 
 /* Tree directory: one record per index, keyed by its storage identity. */
 typedef enum AmrTreeState
