@@ -517,7 +517,7 @@ tree_open(Relation index, bool missing_ok, AmrTreeUse *state)
 					(errcode(ERRCODE_INDEX_CORRUPTED),
 					 errmsg("index \"%s\" is not an amrtree index or its metapage is damaged",
 							RelationGetRelationName(index)),
-					 errhint("REINDEX the index.")));
+					 amr_errhint_reindex()));
 		tree_no = find_tree_of(index, &meta);
 		if (tree_no == UINT32_MAX)
 		{

@@ -220,7 +220,7 @@ corrupted(Relation index, const char *fmt,...)
 			(errcode(ERRCODE_INDEX_CORRUPTED),
 			 errmsg("amrtree index \"%s\" is corrupted", RelationGetRelationName(index)),
 			 errdetail_internal("%s", detail),
-			 errhint("REINDEX the index.")));
+			 amr_errhint_reindex()));
 }
 
 /*

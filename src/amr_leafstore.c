@@ -11,6 +11,7 @@
 #include "amr_leafstore.h"
 #include "amr_wal.h"
 
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "utils/rel.h"
 
@@ -22,6 +23,15 @@ amr_index_name(Relation index, const AmrTree *t)
 	if (index != NULL)
 		return RelationGetRelationName(index);
 	return psprintf("(tree %u)", t ? t->tree_no : 0);
+}
+
+int
+amr_errhint_reindex(void)
+{
+	/* a standby cannot rebuild an index; replaying the primary's REINDEX does */
+	if (RecoveryInProgress())
+		return errhint("REINDEX the index on the primary; this server follows.");
+	return errhint("REINDEX the index.");
 }
 
 void
@@ -157,7 +167,7 @@ amr_leaf_validate(Relation index, const AmrTree *t, uint32 leaf_id, uint64 word,
 						   AMR_WORD_SLOT(word), img->hdr.magic, img->hdr.leaf_id,
 						   img->hdr.tree_no, img->hdr.version,
 						   (unsigned long long) img->hdr.nentries),
-				 errhint("REINDEX the index.")));
+				 amr_errhint_reindex()));
 	if (from_ssd && !amr_leaf_image_checksum_ok(img))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
@@ -165,7 +175,7 @@ amr_leaf_validate(Relation index, const AmrTree *t, uint32 leaf_id, uint64 word,
 						leaf_id, amr_index_name(index, t)),
 				 errdetail("SSD slot %u of \"%s\" does not hold the image that was written there.",
 						   AMR_WORD_SLOT(word), amr_ssd_path),
-				 errhint("The SSD slot file is damaged: REINDEX the index.")));
+				 amr_errhint_reindex()));
 }
 
 static void

@@ -31,6 +31,9 @@
 /* Raise the ERROR (with detail and hint) for a core status other than AMR_OK. */
 extern void amr_report_status(AmrStatus st, Relation index);
 
+/* errhint for a damaged index: REINDEX it, on the primary if this is a standby. */
+extern int	amr_errhint_reindex(void);
+
 /* The index for messages, or "(tree N)" when no relation is open. */
 extern const char *amr_index_name(Relation index, const AmrTree *t);
 
