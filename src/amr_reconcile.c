@@ -474,12 +474,20 @@ leaf_entries(uint32 id, uint64 word)
 	return s->lt[id].entries;
 }
 
+/*
+ * The inner nodes do not fit: of every tree (one_tree false: live_leaves
+ * counts the pool's leaves) or of one tree whose nodes are rebuilt beside
+ * the others' (live_leaves counts its own).
+ */
 static void
-report_dram_full(uint32 live_leaves)
+report_dram_full(uint32 live_leaves, bool one_tree)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 			 errmsg("amrtree DRAM area is too small to hold the inner nodes of every index"),
+			 one_tree ?
+			 errdetail("%u inner nodes fit in amrtree.dram_size = %d kB; the other indexes' nodes leave too few of them for this index's tree (%u leaves).",
+					   amr_store.nnodes, amr_dram_size_kb, live_leaves) :
 			 errdetail("%u inner nodes fit in amrtree.dram_size = %d kB; the pool holds %u leaves.",
 					   amr_store.nnodes, amr_dram_size_kb, live_leaves),
 			 errhint("Raise amrtree.dram_size and restart the server.")));
@@ -558,7 +566,7 @@ rebuild_trees(uint32 live_leaves, bool build)
 			if (amr_build_levels(s, &s->trees[tn], side == 1, items + start[b],
 								 start[b + 1] - start[b], AMR_REBUILD_INNER_FILL,
 								 scratch, node_ids) != AMR_OK)
-				report_dram_full(live_leaves);
+				report_dram_full(live_leaves, false);
 		}
 	}
 }
@@ -604,7 +612,7 @@ amr_tree_rebuild_inner(AmrTree *t)
 	for (side = 0; side < 2; side++)
 		if (amr_build_levels(s, t, side == 1, items[side], n[side], AMR_REBUILD_INNER_FILL,
 							 scratch, node_ids) != AMR_OK)
-			report_dram_full(n[0] + n[1]);
+			report_dram_full(n[0] + n[1], true);
 	amr_counter_set(&t->nleaves, (uint64) n[0] + n[1]);
 	amr_counter_set(&t->nentries, nentries);
 	t->inner_stale = 0;
@@ -674,7 +682,7 @@ empty_tree(AmrTree *t)
 	amr_tree_free_nodes(s, t);
 	t->root = t->null_root = AMR_INVALID_NODE;
 	if (amr_tree_init_empty(s, t) != AMR_OK)
-		report_dram_full(0);
+		report_dram_full(0, true);
 	t->inner_stale = 0;
 	amr_counter_set(&t->nleaves, 0);
 	amr_counter_set(&t->nentries, 0);
