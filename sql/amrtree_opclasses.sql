@@ -438,3 +438,102 @@ DROP TABLE oc_pt, oc_poly, oc_circle, oc_box, oc_pt_gist, oc_poly_gist, oc_circl
   oc_pt_plain, oc_poly_plain, oc_circle_plain, oc_box_plain, oc_q, oc_result, oc_knn_q, oc_knn_result;
 DROP FUNCTION oc_ids(text, text, text, text, text);
 DROP FUNCTION oc_knn(text, point, int, text, text);
+
+-- point_inside() is no box relation: a point with a NaN y is "inside" every
+-- polygon with a vertex east of it, wherever the polygon is (and so is a
+-- polygon with a NaN vertex for dist_ppoly: distance 0).  Enough rows that
+-- those keys sit in leaves of their own, which the inner nodes used to
+-- prune (point_ops: rows missing; poly_ops KNN: "index returned tuples in
+-- wrong order").
+CREATE TABLE oc_nan (id int, p point, pg polygon);
+INSERT INTO oc_nan SELECT i, point(i % 100, i / 100),
+       polygon(box(point(i % 100, i / 100), point(i % 100 + 0.5, i / 100 + 0.5)))
+  FROM generate_series(0, 9999) i;
+INSERT INTO oc_nan SELECT 10000 + i, point(-50 - i, 'NaN'), polygon('((-50,0),(-49,NaN),(-48,0))')
+  FROM generate_series(0, 199) i;
+INSERT INTO oc_nan SELECT 20000 + i, point('NaN', i), NULL FROM generate_series(0, 99) i;
+-- and infinities, which meet the query's in inf - inf = NaN
+INSERT INTO oc_nan SELECT 30000 + i, point(-60 - i, 'Infinity'), polygon('((200,0),(210,Infinity),(210,0))')
+  FROM generate_series(0, 99) i;
+CREATE INDEX oc_nan_p ON oc_nan USING amrtree (p);
+CREATE INDEX oc_nan_pg ON oc_nan USING amrtree (pg);
+CREATE FUNCTION oc_nan_q(q text, how text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE r text;
+BEGIN
+  PERFORM set_config('enable_seqscan', (how = 'seq')::text, true);
+  PERFORM set_config('enable_indexscan', (how = 'index')::text, true);
+  PERFORM set_config('enable_bitmapscan', (how = 'index')::text, true);
+  BEGIN
+    EXECUTE q INTO r;
+  EXCEPTION WHEN OTHERS THEN
+    r := 'ERROR: ' || SQLERRM;
+  END;
+  PERFORM set_config('enable_seqscan', 'on', true);
+  PERFORM set_config('enable_indexscan', 'on', true);
+  PERFORM set_config('enable_bitmapscan', 'on', true);
+  RETURN r;
+END $$;
+SELECT q, oc_nan_q(q, 'index') = oc_nan_q(q, 'seq') AS same, oc_nan_q(q, 'seq') AS seq
+FROM unnest(ARRAY[
+  $q$SELECT count(*) || ' ' || sum(id) FROM oc_nan WHERE p <@ '((10,10),(10,20),(20,20),(20,10))'::polygon$q$,
+  $q$SELECT count(*) || ' ' || sum(id) FROM oc_nan WHERE p <@ '((10,10),(10,Infinity),(20,10))'::polygon$q$,
+  $q$SELECT count(*) || ' ' || sum(id) FROM oc_nan WHERE p <@ '((-Infinity,5),(0,6),(1,5))'::polygon$q$,
+  $q$SELECT count(*) || ' ' || sum(id) FROM oc_nan WHERE p <@ '((0,0),(10,Infinity),(10,0))'::polygon$q$,
+  $q$SELECT array_agg(d)::text FROM (SELECT pg <-> '(-100,500)'::point AS d FROM oc_nan
+       ORDER BY pg <-> '(-100,500)'::point LIMIT 5) s$q$,
+  $q$SELECT array_agg(d)::text FROM (SELECT pg <-> '(-Infinity,5)'::point AS d FROM oc_nan
+       ORDER BY pg <-> '(-Infinity,5)'::point LIMIT 3) s$q$,
+  $q$SELECT array_agg(d)::text FROM (SELECT pg <-> '(-5,Infinity)'::point AS d FROM oc_nan
+       ORDER BY pg <-> '(-5,Infinity)'::point LIMIT 3) s$q$]) q;
+SELECT amrtree_check('oc_nan_p'), amrtree_check('oc_nan_pg');
+DROP TABLE oc_nan;
+DROP FUNCTION oc_nan_q(text, text);
+
+-- An ordered scan of a lossy class that restarts from the root (an inner
+-- node split under it) must not drop entries it never returned: an
+-- entry's lower bound can be just below its leaf's (the leaf's box contains
+-- the query's x, the entry's box does not), and a restart took every entry
+-- closer than the last one returned for returned.  Every box spans y 0..1,
+-- just west or east of x = 0; every 7th one straddles it.
+CREATE TABLE oc_knn_restart (id int, pg polygon);
+INSERT INTO oc_knn_restart
+SELECT i, polygon(CASE WHEN i % 7 = 0 THEN box(point(-0.02, 0), point(0.02, 1))
+                       WHEN i % 2 = 0 THEN box(point(0.001 + (i % 40) * 0.001, 0), point(0.05, 1))
+                       ELSE box(point(-0.05, 0), point(-0.001 - (i % 40) * 0.001, 1)) END)
+FROM generate_series(1, 30000) i;
+CREATE INDEX oc_knn_restart_pg ON oc_knn_restart USING amrtree (pg);
+CREATE FUNCTION oc_knn_restart_run(first int) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  c refcursor;
+  r record;
+  n int := 0;
+  ids int := 0;
+  prev float8 := 0;
+  ordered bool := true;
+BEGIN
+  PERFORM set_config('enable_seqscan', 'off', true);
+  OPEN c FOR SELECT id, pg <-> '(0,1000000)'::point AS d FROM oc_knn_restart
+    ORDER BY pg <-> '(0,1000000)'::point;
+  LOOP
+    FETCH c INTO r;
+    EXIT WHEN NOT FOUND;
+    n := n + 1;
+    ids := ids + (r.id % 1000);
+    ordered := ordered AND r.d >= prev;
+    prev := r.d;
+    IF n = first THEN
+      -- split leaves and inner nodes under the open scan (rows it does not see)
+      INSERT INTO oc_knn_restart
+      SELECT 100000 + i, polygon(box(point(i, i), point(i + 1, i + 1))) FROM generate_series(1, 20000) i;
+    END IF;
+  END LOOP;
+  CLOSE c;
+  DELETE FROM oc_knn_restart WHERE id > 100000;
+  PERFORM set_config('enable_seqscan', 'on', true);
+  RETURN n || ' rows, id checksum ' || ids || CASE WHEN ordered THEN ', in order' ELSE ', NOT in order' END;
+END $$;
+SELECT first, oc_knn_restart_run(first) FROM unnest(ARRAY[10, 1000]) first;
+SELECT count(*), sum(id % 1000) FROM oc_knn_restart;
+SELECT amrtree_check('oc_knn_restart_pg');
+DROP TABLE oc_knn_restart;
+DROP FUNCTION oc_knn_restart_run(int);

@@ -582,10 +582,22 @@ amr_tree_pack_if_stale(AmrTree *t)
 {
 	if (!t->inner_stale)
 		return;
+
+	/*
+	 * Publish lock first, as everywhere that allocates or frees inner nodes:
+	 * the pool-wide part of amrtree_check counts the allocated nodes against
+	 * the trees' counts under it in exclusive mode, and a repack frees the
+	 * tree's nodes and allocates all new ones before it counts them: a check
+	 * that ran while the first uses after a crash packed the trees reported
+	 * the index as corrupted ("N inner nodes are allocated but the trees hold
+	 * M").
+	 */
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
 	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
 	if (t->inner_stale)
 		amr_tree_rebuild_inner(t);
 	LWLockRelease(amr_tree_lock(t));
+	LWLockRelease(&amr_shared->publish_lock);
 }
 
 AmrTree *

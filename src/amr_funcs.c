@@ -585,18 +585,27 @@ amrtree_check(PG_FUNCTION_ARGS)
 			check_orphan_trees(index);
 			pool_checked = true;
 		}
+
+		/*
+		 * A standby's replay may have left the nodes to be packed since the
+		 * open: packed here, under the publish lock as in
+		 * amr_tree_pack_if_stale, so that another check's count of the pool's
+		 * nodes does not see the repack half done.
+		 */
+		LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
 		LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
-		/* a standby's replay may have left them to be packed since the open */
 		if (t->inner_stale)
 			amr_tree_rebuild_inner(t);
 		problem = amr_check_tree(&amr_store, t, seen, buf, sizeof(buf));
 		if (problem != NULL)
 		{
 			LWLockRelease(amr_tree_lock(t));
+			LWLockRelease(&amr_shared->publish_lock);
 			corrupted(index, "%s.", problem);
 		}
 		check_leaves(index, t);
 		LWLockRelease(amr_tree_lock(t));
+		LWLockRelease(&amr_shared->publish_lock);
 		amr_tier_unlock();
 	}
 	pfree(seen);

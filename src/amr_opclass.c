@@ -179,6 +179,20 @@ amr_scankey_from_pg(Relation index, int strategy, Oid argtype, Datum arg,
 	amr_query_box(index, argtype, arg, cache, cxt, &k->query);
 	k->strategy = lossy ? amr_relaxed_strategy(relation) : relation;
 	k->prune = !amr_box_has_nan(&k->query);
+	if (strategy == AMR_STRAT_POINT_IN_POLYGON)
+	{
+		/*
+		 * point_inside() is no box relation: see
+		 * AMR_STRAT_POINT_IN_POLYGON_RELAXED.  An infinite vertex can meet an
+		 * infinite point coordinate in inf - inf, and the NaN that gives
+		 * makes points far outside the polygon's box "inside"; such a query
+		 * is decided by the operator on every key.
+		 */
+		k->strategy = AMR_STRAT_POINT_IN_POLYGON_RELAXED;
+		if (isinf(k->query.xlo) || isinf(k->query.ylo) ||
+			isinf(k->query.xhi) || isinf(k->query.yhi))
+			k->prune = false;
+	}
 	return lossy;
 }
 
@@ -213,7 +227,22 @@ amrtree_point_fetch(PG_FUNCTION_ARGS)
 	PG_RETURN_POINT_P(p);
 }
 
-/* A polygon's box: the bounding box PostgreSQL keeps inside the value. */
+/*
+ * A polygon's box: the bounding box PostgreSQL keeps inside the value.
+ *
+ * A polygon with a NaN coordinate (its bounding box then has one: the
+ * maximum of make_bound_box takes NaN as the largest value) gets a box that
+ * is NaN on every side, as an empty geometry does in amrtree_float4_bbox.
+ * Its box with the NaN sides widened to infinity (amr_fbox_from_box) is no
+ * bound of the distance: dist_ppoly() is 0 when point_inside() says the
+ * point is inside, and point_inside() takes an edge to a vertex with a NaN
+ * y for a crossing wherever the point's y is, so ((0,0),(1,NaN),(2,0)) <->
+ * (-5,-100) is 0.  An ordered scan queued such a row under the gap to its
+ * box, after rows that are farther away, and the executor failed with
+ * "index returned tuples in wrong order".  All NaN, the key is never pruned
+ * and its distance bound is 0; the operators are rechecked on the row as
+ * for every polygon.
+ */
 Datum
 amrtree_poly_bbox(PG_FUNCTION_ARGS)
 {
@@ -221,6 +250,8 @@ amrtree_poly_bbox(PG_FUNCTION_ARGS)
 	BOX		   *b = (BOX *) palloc(sizeof(BOX));
 
 	*b = poly->boundbox;
+	if (isnan(b->low.x) || isnan(b->low.y) || isnan(b->high.x) || isnan(b->high.y))
+		b->low.x = b->low.y = b->high.x = b->high.y = get_float8_nan();
 	PG_RETURN_BOX_P(b);
 }
 

@@ -437,6 +437,21 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 				amr_query_box(scan->indexRelation, ok->sk_subtype, ok->sk_argument,
 							  &so->order_bbox_fn, so->scan_cxt, &so->order_box);
 			so->order_exact = so->key_exact;
+
+			/*
+			 * A lossy class's distance is the operator's, which the index
+			 * only bounds by the key's box.  An infinite query coordinate can
+			 * meet an infinite one of the value in inf - inf, whose NaN makes
+			 * dist_ppoly() 0 for a polygon far from the point (see
+			 * amrtree_poly_bbox): no box bounds that, so such a search orders
+			 * by the bound 0 (a NaN query box gives it everywhere) and leaves
+			 * the order to the executor's recheck.
+			 */
+			if (!so->order_exact &&
+				(isinf(so->order_box.xlo) || isinf(so->order_box.ylo) ||
+				 isinf(so->order_box.xhi) || isinf(so->order_box.yhi)))
+				so->order_box.xlo = so->order_box.ylo =
+					so->order_box.xhi = so->order_box.yhi = get_float8_nan();
 			so->tie_width = scan->numberOfOrderBys - 1 - so->order_key;
 			so->order_ties = so->order_exact && so->tie_width > 0;
 			so->order_fast = ORDER_FAST_NONE;

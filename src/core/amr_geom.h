@@ -73,6 +73,22 @@
 #define AMR_STRAT_BELOW_RELAXED		(AMR_STRAT_RELAXED_OFFSET + AMR_STRAT_BELOW)
 #define AMR_STRAT_ABOVE_RELAXED		(AMR_STRAT_RELAXED_OFFSET + AMR_STRAT_ABOVE)
 
+/*
+ * point <@ polygon (point_ops' strategy 48), filtered as contained-by the
+ * polygon's bounding box.  PostgreSQL's point_inside() is a crossing count,
+ * not a conjunction of comparisons, so the widening of NaN sides to
+ * infinity (amr_fbox_from_box) is no valid bound for it: for a point whose
+ * y is NaN every edge that does not lie wholly to the point's left counts
+ * as a crossing, so (x, NaN) is "inside" every polygon with a vertex at or
+ * right of x - EPSILON, wherever the polygon's y range is.  Such a key's
+ * box is infinite in y, so an inner box infinite on both y sides admits
+ * the subtree when its west edge is not east of the polygon's; otherwise
+ * the test is the overlap of contained-by.  (A query polygon with an
+ * infinite coordinate can meet an infinite point coordinate in inf - inf,
+ * a NaN again: amr_scankey_from_pg prunes nothing for it.)
+ */
+#define AMR_STRAT_POINT_IN_POLYGON_RELAXED	(AMR_STRAT_RELAXED_OFFSET + 48)
+
 /* The strategy a lossy operator class filters with (see above). */
 static inline int
 amr_relaxed_strategy(int strategy)
@@ -183,6 +199,7 @@ amr_leaf_match(int strategy, const AmrBox *k, const AmrBox *q)
 			return amr_fp_ge(k->xhi, q->xhi) && amr_fp_le(k->xlo, q->xlo) &&
 				amr_fp_ge(k->yhi, q->yhi) && amr_fp_le(k->ylo, q->ylo);
 		case AMR_STRAT_CONTAINED_BY:
+		case AMR_STRAT_POINT_IN_POLYGON_RELAXED:
 			return amr_fp_ge(q->xhi, k->xhi) && amr_fp_le(q->xlo, k->xlo) &&
 				amr_fp_ge(q->yhi, k->yhi) && amr_fp_le(q->ylo, k->ylo);
 		case AMR_STRAT_OVERBELOW:
@@ -250,6 +267,11 @@ amr_inner_match(int strategy, const AmrFBox *m, const AmrBox *q)
 			return amr_fp_le(m->ylo, q->ylo);
 		case AMR_STRAT_ABOVE_RELAXED:
 			return amr_fp_ge(m->yhi, q->yhi);
+		case AMR_STRAT_POINT_IN_POLYGON_RELAXED:
+			if (m->ylo == -INFINITY && m->yhi == INFINITY && amr_fp_le(m->xlo, q->xhi))
+				return true;	/* may hold (x, NaN) with x west of q's east */
+			return amr_fp_le(m->xlo, q->xhi) && amr_fp_le(q->xlo, m->xhi) &&
+				amr_fp_le(m->ylo, q->yhi) && amr_fp_le(q->ylo, m->yhi);
 		case AMR_STRAT_SAME_RELAXED:
 			return m->xhi + 2 * AMR_EPSILON >= q->xhi && m->xlo <= q->xlo + 2 * AMR_EPSILON &&
 				m->yhi + 2 * AMR_EPSILON >= q->yhi && m->ylo <= q->ylo + 2 * AMR_EPSILON;

@@ -271,7 +271,7 @@ sort_seqs(uint64_t *a, size_t n)
  * nodes were packed again (a standby's replay left them stale): the queued
  * node ids name freed nodes.  Start over from the root; what was returned
  * already is dropped as it is fed again (see amr_knn_add_entry), which
- * needs the seqs returned at the last distance sorted.  Tree lock held.
+ * needs the seqs returned sorted.  Tree lock held.
  */
 static void
 restart_from_root(AmrKnnSearch *s)
@@ -287,17 +287,21 @@ restart_from_root(AmrKnnSearch *s)
 	read_root(s);
 }
 
-/* Remember the seq of an entry returned, among those at the last distance. */
+/*
+ * Remember the seq of an entry returned.  Every seq, not only those at the
+ * last distance: a restart cannot take "closer than the last entry
+ * returned" for "returned".  The distances fed for a lossy class are lower
+ * bounds, and an entry's bound can be below its leaf's by the rounding and
+ * fuzz allowances of amr_gap_lower_bound (its leaf's box contains the query's
+ * x, so the leaf gets the exact gap, while the entry's box does not and gets
+ * hypot(dx, dy) * (1 - 2^-48)): such an entry, in a leaf still queued at the
+ * restart, was never returned, and dropping it lost the row.
+ */
 static void
 note_returned(AmrKnnSearch *s, double distance, uint64_t seq)
 {
-	if (!s->returned_any || !amr_float8_eq(distance, s->last_distance))
-	{
-		s->returned_any = true;
-		s->last_distance = distance;
-		s->nties = 0;
-		s->nties_sorted = 0;
-	}
+	s->returned_any = true;
+	s->last_distance = distance;
 	if (s->nties == s->ties_capacity)
 	{
 		size_t		newcap = s->ties_capacity ? s->ties_capacity * 2 : 64;
@@ -308,9 +312,9 @@ note_returned(AmrKnnSearch *s, double distance, uint64_t seq)
 	s->ties[s->nties++] = seq;
 }
 
-/* Was seq returned (before the last restart) at the last distance? */
+/* Was seq returned before the last restart? */
 static bool
-returned_at_last_distance(const AmrKnnSearch *s, uint64_t seq)
+returned_before_restart(const AmrKnnSearch *s, uint64_t seq)
 {
 	size_t		lo = 0,
 				hi = s->nties_sorted;
@@ -432,31 +436,21 @@ amr_knn_add_entry(AmrKnnSearch *s, double distance, uint64_t seq,
 				  uint64_t payload, bool recheck)
 {
 	seq &= AMR_KNN_SEQ_MASK;
-	if (s->returned_any)
+	/* after a restart: fed again, and returned in an earlier pass */
+	if (s->drop_returned && returned_before_restart(s, seq))
 	{
-		if (amr_float8_lt(distance, s->last_distance))
-		{
-			/*
-			 * After a restart, every entry closer than the last one returned
-			 * was returned in an earlier pass.  Otherwise the entry broke its
-			 * leaf's bound (the caller fed an entry the bound did not cover,
-			 * e.g. one inserted after the scan started): it is still
-			 * returned, late, and counted.
-			 */
-			if (s->drop_returned)
-			{
-				s->entries_dropped++;
-				return;
-			}
-			s->entries_late++;
-		}
-		else if (s->drop_returned && amr_float8_eq(distance, s->last_distance) &&
-				 returned_at_last_distance(s, seq))
-		{
-			s->entries_dropped++;
-			return;
-		}
+		s->entries_dropped++;
+		return;
 	}
+
+	/*
+	 * Fed closer than the last entry returned: its leaf's bound did not hold
+	 * for it (an entry inserted after the scan started, or a lossy bound
+	 * below its leaf's, see note_returned).  It is still returned, late, and
+	 * counted.
+	 */
+	if (s->returned_any && amr_float8_lt(distance, s->last_distance))
+		s->entries_late++;
 	s->entries_added++;
 	push(s, distance, seq | (recheck ? AMR_KNN_ORDER_FLAG : 0), payload);
 }

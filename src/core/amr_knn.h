@@ -149,9 +149,9 @@ typedef struct AmrKnnSearch
 	uint64_t	next_order;		/* push counter for nodes and leaves */
 
 	/*
-	 * The distance of the last entry returned and the seqs returned at it
-	 * (the first nties_sorted sorted, by a restart), and whether entries fed
-	 * again after a restart must be checked against them.
+	 * The distance of the last entry returned, the seqs of every entry
+	 * returned (the first nties_sorted sorted, by a restart), and whether
+	 * entries fed again after a restart must be checked against them.
 	 */
 	bool		returned_any;
 	double		last_distance;
