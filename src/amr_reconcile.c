@@ -797,7 +797,7 @@ prune_leaf(AmrTree *t, uint32 id, XLogRecPtr horizon, AmrLeaf *buf, AmrLeaf *img
 			 * record was lost.  The record's position stamps the hint.
 			 */
 			(void) amr_leaf_switch(NULL, t, id, tier, new_slot, &mbr, img, false,
-								   AMR_LOG_REWRITE);
+								   AMR_LOG_RESYNC);
 			AMR_FAULT_POINT("reconcile:after_prune_rewrite");
 			*image = img;
 			*logged = true;

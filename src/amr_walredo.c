@@ -66,9 +66,13 @@
 #include "amr_leafstore.h"
 #include "amr_wal.h"
 
+#include "access/transam.h"
 #include "access/xlog.h"
 #include "access/xlogrecovery.h"
+#include "access/xlogutils.h"
 #include "miscadmin.h"
+#include "storage/lwlock.h"
+#include "storage/standby.h"
 #include "utils/memutils.h"
 
 /* Replay can maintain the pool (it attached). */
@@ -594,6 +598,40 @@ scans_may_hold(AmrTree *t, uint32 leaf_id)
 		 amr_store.leaves[leaf_id].replay_origin != 0);
 }
 
+/*
+ * Hot standby: a whole image that the primary logged again after its crash
+ * recovery (AMR_IMAGE_RESYNC) replaces a leaf with what the primary's pool
+ * holds, and that pool changed beyond the WAL this standby has: the
+ * records of those changes never reached durable WAL.  If the image drops
+ * live entries, they went by a change this standby never heard of -- a
+ * split, which moved them to a leaf that comes in a record of its own, with
+ * no right link that scans here could follow; or a VACUUM whose heap
+ * records, with their snapshot conflicts, were lost too.  Either way a scan
+ * that began before this record would miss rows its snapshot sees.  Nothing
+ * says which snapshots still need them, so the record conflicts with every
+ * snapshot taken before it, as a lost heap conflict would at the newest: its
+ * queries are canceled past max_standby_streaming_delay, rather than
+ * returning fewer rows than a sequential scan.
+ */
+static void
+resync_resolve_conflicts(AmrTree *t)
+{
+	AmrTreeRecord *rec = &amr_store.tree_records[t->tree_no];
+	RelFileNode node;
+	TransactionId limit;
+
+	if (!InHotStandby)
+		return;
+	node.spcNode = rec->spc_oid;
+	node.dbNode = rec->db_oid;
+	node.relNode = rec->relfilenode;
+	/* every snapshot's xmin precedes or equals the next xid */
+	LWLockAcquire(XidGenLock, LW_SHARED);
+	limit = XidFromFullTransactionId(ShmemVariableCache->nextXid);
+	LWLockRelease(XidGenLock);
+	ResolveRecoveryConflictWithSnapshot(limit, node);
+}
+
 static void
 redo_image_list(XLogReaderState *record, AmrTree *t, bool may_drop)
 {
@@ -637,8 +675,15 @@ redo_image_list(XLogReaderState *record, AmrTree *t, bool may_drop)
 		if (h.fresh_pos != AMR_NO_FRESH_ENTRY && h.fresh_pos < h.nentries)
 			img->entries[h.fresh_pos].insert_lsn = record->EndRecPtr;
 		old = NULL;
-		if (may_drop && scans_may_hold(t, h.leaf_id) &&
+		if (x->kind == AMR_IMAGE_RESYNC && InHotStandby &&
 			amr_leaf_read(NULL, t, h.leaf_id, redo_buf[1], NULL, NULL) != 0)
+		{
+			old = redo_buf[1];
+			if (drops_live_entry(old, img))
+				resync_resolve_conflicts(t);
+		}
+		else if (may_drop && scans_may_hold(t, h.leaf_id) &&
+				 amr_leaf_read(NULL, t, h.leaf_id, redo_buf[1], NULL, NULL) != 0)
 			old = redo_buf[1];
 		put_leaf(t, h.leaf_id, img, x->kind != AMR_IMAGE_BUILD);
 		if (amr_store.tree_records[t->tree_no].flags & AMR_TREE_FLAG_BROKEN)

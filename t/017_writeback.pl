@@ -93,11 +93,7 @@ sub pages_written
 sub check_all
 {
 	my ($what) = @_;
-	amr_wait_for_server($node) or die "server did not come back";
-	is($node->safe_psql('postgres', "SELECT amrtree_check('t_b')"), 't', "$what: amrtree_check");
-	my ($mismatch, $rows) = amr_parity_mismatches($node, 't');
-	is($mismatch, 0, "$what: 12 strategies x 40 windows equal a sequential scan ($rows rows)");
-	is(amr_knn_mismatches($node, 't', 10, 15), 0, "$what: KNN equals a sort");
+	amr_check_index_agrees($node, $what, 't', 't_b', 10, 15);
 	$node->safe_psql('postgres', 'VACUUM t');
 	my $ios = $node->safe_psql('postgres', q{
 SET enable_seqscan = off; SET enable_bitmapscan = off;

@@ -94,11 +94,7 @@ INSERT INTO t (b) SELECT box(point(x, y), point(x + 1, y + 1))
 sub check_all
 {
 	my ($what) = @_;
-	amr_wait_for_server($node) or die "server did not come back";
-	is($node->safe_psql('postgres', "SELECT amrtree_check('t_b')"), 't', "$what: amrtree_check");
-	my ($mismatch, $rows) = amr_parity_mismatches($node, 't');
-	is($mismatch, 0, "$what: 12 strategies x 40 windows equal a sequential scan ($rows rows)");
-	is(amr_knn_mismatches($node, 't', 20, 10), 0, "$what: KNN equals a sort");
+	amr_check_index_agrees($node, $what, 't', 't_b', 20, 10);
 	my $heap = $node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE b IS NOT NULL');
 	is($node->safe_psql('postgres', "SELECT entries FROM amrtree_index_stats('t_b')"), $heap,
 		"$what: the index holds the heap's $heap entries");

@@ -14,7 +14,8 @@ use Test::More;
 
 our @EXPORT = qw(amr_node amr_pool_path amr_forget_pool amr_standby_own_pool amr_load_porto amr_setup_parity
   amr_porto_windows amr_with_and_without_index amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server
-  amr_wait_for_crash_restart amr_pool_header amr_setup_snapshot_checks amr_wait_for_index_use);
+  amr_wait_for_crash_restart amr_pool_header amr_setup_snapshot_checks amr_wait_for_index_use
+  amr_check_index_agrees);
 
 my $tag = $ENV{AMR_POOL_TAG} || "amrtree-tap-$$-" . time();
 my $src = $ENV{AMR_SRC} || dirname(__FILE__) . '/..';
@@ -293,6 +294,22 @@ END $$;
 		$db, qq{
 SELECT count(*) FILTER (WHERE amr_knn('$table', center(qb), $k, true) <> amr_knn('$table', center(qb), $k, false))
 FROM (SELECT qb FROM amr_windows LIMIT $npoints) w});
+}
+
+# Once the server answers again (after a crash or a restart): amrtree_check
+# on $index passes, every strategy of amr_setup_parity's windows returns
+# through the index what a sequential scan returns on $table, and KNN
+# ($k nearest to $npoints window centres) equals a sort.  Three tests,
+# named after $what.
+sub amr_check_index_agrees
+{
+	my ($node, $what, $table, $index, $npoints, $k) = @_;
+	amr_wait_for_server($node) or die "server did not come back";
+	is($node->safe_psql('postgres', "SELECT amrtree_check('$index')"), 't', "$what: amrtree_check");
+	my ($mismatch, $rows) = amr_parity_mismatches($node, $table);
+	is($mismatch, 0, "$what: 12 strategies x 40 windows equal a sequential scan ($rows rows)");
+	is(amr_knn_mismatches($node, $table, $npoints, $k), 0, "$what: KNN equals a sort");
+	return;
 }
 
 # The header of the pool file $path, as src/core/amr_format.h lays it out
