@@ -824,8 +824,7 @@ wb_restore_taken(void)
 	if (wb_shared == NULL)
 		return;
 	for (i = 0; i < wb_ntaken; i++)
-		pg_atomic_fetch_or_u64(&wb_dirty[wb_taken[i] >> 6],
-							   UINT64CONST(1) << (wb_taken[i] & 63));
+		wb_mark_dirty((size_t) wb_taken[i] * WB_PAGE, WB_PAGE);
 	wb_ntaken = 0;
 }
 

@@ -191,8 +191,8 @@ amr_knn_begin_box(AmrKnnSearch *s, const AmrStore *store, const AmrTree *tree,
 	s->next_order = 0;
 	s->returned_any = false;
 	s->last_distance = 0.0;
-	s->nties = 0;
-	s->nties_sorted = 0;
+	s->nreturned = 0;
+	s->nreturned_sorted = 0;
 	s->drop_returned = false;
 	s->nodes_expanded = 0;
 	s->leaves_returned = 0;
@@ -281,8 +281,8 @@ restart_from_root(AmrKnnSearch *s)
 	if (s->returned_any)
 	{
 		s->drop_returned = true;
-		sort_seqs(s->ties, s->nties);
-		s->nties_sorted = s->nties;
+		sort_seqs(s->returned, s->nreturned);
+		s->nreturned_sorted = s->nreturned;
 	}
 	read_root(s);
 }
@@ -302,14 +302,14 @@ note_returned(AmrKnnSearch *s, double distance, uint64_t seq)
 {
 	s->returned_any = true;
 	s->last_distance = distance;
-	if (s->nties == s->ties_capacity)
+	if (s->nreturned == s->returned_capacity)
 	{
-		size_t		newcap = s->ties_capacity ? s->ties_capacity * 2 : 64;
+		size_t		newcap = s->returned_capacity ? s->returned_capacity * 2 : 64;
 
-		s->ties = s->realloc_fn(s->ties, newcap * sizeof(uint64_t), s->realloc_arg);
-		s->ties_capacity = newcap;
+		s->returned = s->realloc_fn(s->returned, newcap * sizeof(uint64_t), s->realloc_arg);
+		s->returned_capacity = newcap;
 	}
-	s->ties[s->nties++] = seq;
+	s->returned[s->nreturned++] = seq;
 }
 
 /* Was seq returned before the last restart? */
@@ -317,18 +317,18 @@ static bool
 returned_before_restart(const AmrKnnSearch *s, uint64_t seq)
 {
 	size_t		lo = 0,
-				hi = s->nties_sorted;
+				hi = s->nreturned_sorted;
 
 	while (lo < hi)
 	{
 		size_t		mid = lo + (hi - lo) / 2;
 
-		if (s->ties[mid] < seq)
+		if (s->returned[mid] < seq)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return lo < s->nties_sorted && s->ties[lo] == seq;
+	return lo < s->nreturned_sorted && s->returned[lo] == seq;
 }
 
 /* Queue the children of an inner node with their bounds.  Tree lock held. */

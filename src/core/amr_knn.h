@@ -69,9 +69,9 @@
  *	  order it was fed in.  Splits of the NULL side also change the count;
  *	  the restart is then merely unnecessary.
  *
- * Memory: the queue (24 bytes an item) and the seqs returned at the current
- * distance (8 bytes each), through realloc_fn, kept across amr_knn_begin so
- * that rescans allocate nothing.  Release s.heap and s.ties with the
+ * Memory: the queue (24 bytes an item) and the seqs of every entry returned
+ * (8 bytes each, for restarts), through realloc_fn, kept across amr_knn_begin so
+ * that rescans allocate nothing.  Release s.heap and s.returned with the
  * allocator's own free (or its memory context).
  *
  *-------------------------------------------------------------------------
@@ -150,15 +150,15 @@ typedef struct AmrKnnSearch
 
 	/*
 	 * The distance of the last entry returned, the seqs of every entry
-	 * returned (the first nties_sorted sorted, by a restart), and whether
+	 * returned (the first nreturned_sorted sorted, by a restart), and whether
 	 * entries fed again after a restart must be checked against them.
 	 */
 	bool		returned_any;
 	double		last_distance;
-	uint64_t   *ties;
-	size_t		nties;
-	size_t		ties_capacity;
-	size_t		nties_sorted;
+	uint64_t   *returned;
+	size_t		nreturned;
+	size_t		returned_capacity;
+	size_t		nreturned_sorted;
 	bool		drop_returned;
 
 	/* statistics of the current search */

@@ -429,7 +429,7 @@ compare_with_brute_force(AmrTree *t, const Row *rows, size_t nrows, DistKind kin
 		}
 	}
 	free(s.heap);
-	free(s.ties);
+	free(s.returned);
 	free(expect);
 	free(got);
 	if (ok && check_effort && k1_runs > 0)
@@ -866,7 +866,7 @@ test_knn_rescan(void)
 		}
 	}
 	free(s.heap);
-	free(s.ties);
+	free(s.returned);
 	free(expect);
 	free(got);
 	free(rows);
@@ -911,7 +911,7 @@ test_knn_empty(void)
 	amr_knn_begin(&s, &st, &unbuilt, &q);
 	CHECK(amr_knn_next(&s, &r) == AMR_KNN_DONE, "a tree without root returned something");
 	free(s.heap);
-	free(s.ties);
+	free(s.returned);
 	store_free();
 	return true;
 }
@@ -948,7 +948,7 @@ test_knn_recheck_flag(void)
 		  r.seq == 30, "third: payload %llu", (unsigned long long) r.payload);
 	CHECK(amr_knn_next(&s, &r) == AMR_KNN_DONE, "expected the end");
 	free(s.heap);
-	free(s.ties);
+	free(s.returned);
 	store_free();
 	return true;
 }
@@ -1021,7 +1021,7 @@ test_knn_concurrent_splits(void)
 		store_free();
 	}
 	free(s.heap);
-	free(s.ties);
+	free(s.returned);
 	free(expect);
 	free(got);
 	if (ok)
@@ -1106,7 +1106,7 @@ test_knn_restart_drops_returned(void)
 		  (unsigned long long) s.restarts, (unsigned long long) s.entries_dropped,
 		  returned_before_restart);
 	free(s.heap);
-	free(s.ties);
+	free(s.returned);
 	free(returned);
 	free(rows);
 	store_free();
@@ -1180,7 +1180,7 @@ test_knn_repack_during_search(void)
 	CHECK(!ok || s.restarts == 1, "%llu restarts after one repack",
 		  (unsigned long long) s.restarts);
 	free(s.heap);
-	free(s.ties);
+	free(s.returned);
 	free(expect);
 	free(got);
 	free(rows);
