@@ -55,16 +55,21 @@ amr_report_status(AmrStatus st, Relation index)
 			ereport(ERROR,
 					(errcode(ERRCODE_DISK_FULL),
 					 errmsg("amrtree PMEM pool is full (index \"%s\")", name),
-					 errdetail("All %u leaf slots of the pool are in use.",
-							   amr_store.pmem_nslots),
+					 errdetail("%llu of the pool's %u leaf slots are in use; the last %d are kept for changes that free a slot for each one they take (VACUUM, moves between tiers).",
+							   (unsigned long long) amr_bitmap_count(amr_store.pmem_used),
+							   amr_store.pmem_nslots, AMR_SLOT_RESERVE),
 					 errhint("Raise amrtree.pmem_size and restart the server; the pool is enlarged at startup.")));
 			break;
 		case AMR_ERR_SSD_FULL:
 			ereport(ERROR,
 					(errcode(ERRCODE_DISK_FULL),
 					 errmsg("amrtree SSD slot file is full (index \"%s\")", name),
-					 errdetail("All %u slots of the SSD tier and all %u of the PMEM pool are in use.",
-							   amr_store.ssd_nslots, amr_store.pmem_nslots),
+					 errdetail("%llu of the SSD tier's %u slots and %llu of the PMEM pool's %u are in use; the last %d of each are kept for changes that free a slot for each one they take (VACUUM, moves between tiers).",
+							   (unsigned long long) (amr_store.ssd_used ?
+													 amr_bitmap_count(amr_store.ssd_used) : 0),
+							   amr_store.ssd_nslots,
+							   (unsigned long long) amr_bitmap_count(amr_store.pmem_used),
+							   amr_store.pmem_nslots, AMR_SLOT_RESERVE),
 					 errhint("Raise amrtree.ssd_size (or amrtree.pmem_size) and restart the server.")));
 			break;
 		case AMR_ERR_LEAF_IDS_FULL:

@@ -62,10 +62,33 @@
 
 PGDLLEXPORT void amr_tier_worker_main(Datum arg);
 
-/* the tree whose tier_busy this process holds, released on error and exit */
+static bool tier_retry_waiting(uint32 tn);
+static void tier_cycle_error_callback(void *arg);
+
 /* the tree whose tier lock this process holds, released on error and exit */
 static AmrTree *held_tier_tree = NULL;
 static bool exit_callback_registered = false;
+
+/*
+ * The worker leaves a tree whose pass failed (a damaged leaf, an unreadable
+ * SSD slot) alone for a while: an ERROR ends the whole cycle, so retrying it
+ * at once would end every cycle before the trees after it and fill the log
+ * several times a second.  The wait doubles with each failure in a row and
+ * is forgotten when a pass of the tree succeeds or its record is reused (a
+ * rebuild).  Queries on the tree still raise the error themselves.
+ */
+#define TIER_RETRY_MIN_SECS		10
+#define TIER_RETRY_MAX_SECS		600
+
+typedef struct TierRetry
+{
+	uint32		generation;		/* of the tree record that failed */
+	int			wait_secs;		/* since the last failure; 0: none */
+	TimestampTz retry_at;
+} TierRetry;
+
+static TierRetry *tier_retry = NULL;	/* AMR_MAX_TREES entries, worker only */
+static int	cycling_tree = -1;	/* tree_no whose pass the worker runs */
 
 /* Seconds since the Unix epoch, for the hotness decay and last_tier_pass. */
 double
@@ -594,8 +617,11 @@ cycle_all(void)
 	TreeCands  *per_tree = palloc0(sizeof(TreeCands) * AMR_MAX_TREES);
 	AmrLeaf    *buf = amr_alloc_leaf_buffer();
 	uint64	   *quota = palloc(sizeof(uint64) * AMR_MAX_TREES);
+	ErrorContextCallback error_context;
 	uint32		tn;
 	bool		any = false;
+
+	error_context.callback = tier_cycle_error_callback;
 
 	for (tn = 0; tn < AMR_MAX_TREES; tn++)
 	{
@@ -604,7 +630,8 @@ cycle_all(void)
 		/* a damaged tree waits for its rebuild, its leaves untouched */
 		if (amr_store.tree_records[tn].state != AMR_TREE_VALID ||
 			(amr_store.tree_records[tn].flags & AMR_TREE_FLAG_BROKEN) ||
-			(!t->tiering && t->ssd_leaves == 0))
+			(!t->tiering && t->ssd_leaves == 0) ||
+			tier_retry_waiting(tn))
 			continue;
 		alloc_cands(&per_tree[tn], t);
 		any = true;
@@ -619,6 +646,10 @@ cycle_all(void)
 
 		if (per_tree[tn].c == NULL || !tier_trylock(t))
 			continue;			/* settle or a check is busy with it */
+		cycling_tree = (int) tn;
+		error_context.arg = &amr_store.tree_records[tn];
+		error_context.previous = error_context_stack;
+		error_context_stack = &error_context;
 		PG_TRY();
 		{
 			tree_cycle(t, &per_tree[tn], buf, quota[tn]);
@@ -628,7 +659,64 @@ cycle_all(void)
 			amr_tier_unlock();
 		}
 		PG_END_TRY();
+		error_context_stack = error_context.previous;
+		cycling_tree = -1;
+		tier_retry[tn].wait_secs = 0;
 	}
+}
+
+/* Error context of the worker's pass over one tree: which index it was. */
+static void
+tier_cycle_error_callback(void *arg)
+{
+	const AmrTreeRecord *rec = (const AmrTreeRecord *) arg;
+
+	errcontext("placing the leaves of the amrtree index with OID %u in the database with OID %u",
+			   rec->index_oid, rec->db_oid);
+}
+
+/* Is tree tn waiting for its retry after a failed pass? */
+static bool
+tier_retry_waiting(uint32 tn)
+{
+	TierRetry  *r = &tier_retry[tn];
+
+	if (r->wait_secs == 0)
+		return false;
+	if (r->generation != amr_store.tree_records[tn].generation)
+	{
+		r->wait_secs = 0;		/* the record was reused: another tree */
+		return false;
+	}
+	return GetCurrentTimestamp() < r->retry_at;
+}
+
+/*
+ * After an error: if it came from a tree's pass, put the tree off (see
+ * TierRetry) and say until when.
+ */
+static void
+tier_retry_after_error(void)
+{
+	TierRetry  *r;
+	const AmrTreeRecord *rec;
+
+	if (cycling_tree < 0)
+		return;
+	r = &tier_retry[cycling_tree];
+	rec = &amr_store.tree_records[cycling_tree];
+	cycling_tree = -1;
+	if (r->wait_secs > 0 && r->generation == rec->generation)
+		r->wait_secs = Min(r->wait_secs * 2, TIER_RETRY_MAX_SECS);
+	else
+		r->wait_secs = TIER_RETRY_MIN_SECS;
+	r->generation = rec->generation;
+	r->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+											  r->wait_secs * 1000);
+	ereport(LOG,
+			(errmsg("amrtree tier manager retries the index with OID %u in the database with OID %u in %d s",
+					rec->index_oid, rec->db_oid, r->wait_secs),
+			 errdetail("Until then none of its leaves move between tiers; the other indexes are not held up.")));
 }
 
 void
@@ -648,6 +736,8 @@ amr_tier_worker_main(Datum arg)
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	cxt = AllocSetContextCreate(TopMemoryContext, "amrtree tier manager",
 								ALLOCSET_DEFAULT_SIZES);
+	tier_retry = MemoryContextAllocZero(TopMemoryContext,
+										sizeof(TierRetry) * AMR_MAX_TREES);
 	MemoryContextSwitchTo(cxt);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	/* rebuild requests wake us (amr_heal.c) */
@@ -710,6 +800,7 @@ amr_tier_worker_main(Datum arg)
 			HOLD_INTERRUPTS();
 			EmitErrorReport();
 			FlushErrorState();
+			tier_retry_after_error();
 			/* the rebuild launcher reads pg_database in a transaction */
 			AbortOutOfAnyTransaction();
 			MemoryContextSwitchTo(cxt);

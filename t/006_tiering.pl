@@ -210,6 +210,37 @@ $node->safe_psql('postgres', 'REINDEX INDEX t_b20_b');
 my ($mr) = amr_parity_mismatches($node, 't_b20');
 is($mr, 0, 'REINDEX repairs it');
 
+# --- the tier manager meets a damaged leaf: it reports it with the index's
+# OID, puts that index off, and goes on with the others.  tiering = off
+# promotes every SSD leaf, so t_b50_b's passes read its damaged ones; the
+# rebuilt t_b80_b must still be promoted.  The worker visits the trees in
+# record order, and a build takes the lowest free record: t_b50_b has the
+# second, the first is free since t_b20_b's rebuild, so the first REINDEX
+# puts t_b80_b there and frees the third, which the second REINDEX takes.
+$node->safe_psql('postgres', 'REINDEX INDEX t_b80_b');
+$node->safe_psql('postgres', 'REINDEX INDEX t_b80_b');
+my $b50_oid = $node->safe_psql('postgres', "SELECT 't_b50_b'::regclass::oid");
+my $log_from = -s $node->logfile;
+$node->safe_psql('postgres', 'ALTER INDEX t_b50_b SET (tiering = off); ALTER INDEX t_b80_b SET (tiering = off)');
+# the tree records take the option at the indexes' next use
+$node->safe_psql('postgres',
+	"SELECT count(*) FROM amrtree_tier_stats('t_b50_b') a, amrtree_tier_stats('t_b80_b') b");
+ok($node->poll_query_until('postgres',
+		"SELECT leaves = 0 FROM amrtree_tier_stats('t_b80_b') WHERE tier = 'ssd'"),
+	'a damaged index does not hold up the tier manager: the healthy one is promoted');
+sleep 3;
+my $log = slurp_file($node->logfile, $log_from);
+my $reports = () = $log =~ /checksum mismatch in leaf \d+ of amrtree index "\(tree \d+\)"/g;
+ok($reports >= 1 && $reports <= 2,
+	"the tier manager reported the damaged leaf $reports times in a few seconds, not at every pass");
+like($log, qr/CONTEXT:  placing the leaves of the amrtree index with OID $b50_oid /,
+	'the report names the index');
+like($log, qr/LOG:  amrtree tier manager retries the index with OID $b50_oid in the database with OID \d+ in 10 s/,
+	'and says when it retries');
+$node->safe_psql('postgres', 'REINDEX INDEX t_b50_b');
+($mr) = amr_parity_mismatches($node, 't_b50');
+is($mr, 0, 'and answers as a sequential scan does');
+
 $node->stop;
 
 # --- a nearly full pool: rule R5 makes room, coldest first, down to the low
