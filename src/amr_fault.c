@@ -83,6 +83,7 @@ static const char *const fault_points[] = {
 	"reconcile:after_prune_horizon",
 	"reconcile:after_prune",
 	"reconcile:after_prune_rewrite",
+	"reconcile:after_resync_record",
 	"reconcile:after_release",
 	"redo:before_append",
 	"redo:before_switch",
@@ -105,6 +106,7 @@ static const char *const fault_conditions[] = {
 	"writeback:reboot_lost_extent",
 	"upgrade:extent_unknown",
 	"redo:split_unlinked",
+	"reconcile:resync_in_parts",	/* one image per resync record */
 	NULL
 };
 

@@ -505,14 +505,12 @@ amr_leaf_switch(Relation index, AmrTree *t, uint32 leaf_id, uint32 tier, uint32 
 		 * checkpoint's redo pointer is visible (and logged whole).
 		 */
 		amr_wal_hold_checkpoint();
-		logged = how == AMR_LOG_REWRITE || how == AMR_LOG_RESYNC ||
-			amr_wal_needs_image(leaf_id);
+		logged = how == AMR_LOG_REWRITE || amr_wal_needs_image(leaf_id);
 	}
 	if (logged)
 	{
 		lsn = amr_wal_images(t,
-							 how == AMR_LOG_REWRITE ? AMR_IMAGE_REWRITE :
-							 how == AMR_LOG_RESYNC ? AMR_IMAGE_RESYNC : AMR_IMAGE_MOVE,
+							 how == AMR_LOG_REWRITE ? AMR_IMAGE_REWRITE : AMR_IMAGE_MOVE,
 							 1, &leaf_id, &img, NULL);
 		AMR_FAULT_POINT("switch:after_logged");
 		if (how == AMR_LOG_MOVE)

@@ -177,10 +177,6 @@ extern void amr_leaf_write_ssd_batch(Relation index, const uint32 *slots, AmrLea
 typedef enum AmrSwitchLog
 {
 	AMR_LOG_REWRITE,			/* new contents: always logged, whole */
-	AMR_LOG_RESYNC,				/* new contents after crash recovery: always
-								 * logged, whole, as a resync image, whose
-								 * replay conflicts with standby snapshots
-								 * (amr_walredo.c) */
 	AMR_LOG_MOVE,				/* the same contents elsewhere: logged, whole,
 								 * only if the leaf needs a full image since
 								 * the last checkpoint (torn copies) */

@@ -699,12 +699,11 @@ empty_tree(AmrTree *t)
  * read only if its Leaf Table lsn_hint (which also covers the record of the
  * image's last rewrite) says it may be affected, and rewritten without the
  * pruned entries to a fresh slot.  *image receives the leaf's image after
- * the pruning (in place for PMEM, in buf for SSD); *logged is set when the
- * rewrite was itself logged whole, so that the caller need not log it again.
+ * the pruning (in place for PMEM, in buf or img for SSD).
  */
 static bool
 prune_leaf(AmrTree *t, uint32 id, XLogRecPtr horizon, AmrLeaf *buf, AmrLeaf *img,
-		   const AmrLeaf **image, uint64 *pruned, int64 *count_delta, bool *logged)
+		   const AmrLeaf **image, uint64 *pruned, int64 *count_delta)
 {
 	AmrStore   *s = &amr_store;
 	AmrLeafTableEntry *e = &s->lt[id];
@@ -788,19 +787,17 @@ prune_leaf(AmrTree *t, uint32 id, XLogRecPtr horizon, AmrLeaf *buf, AmrLeaf *img
 			amr_leaf_write_image(NULL, tier, new_slot, img);
 
 			/*
-			 * Logged whole before the switch, not after it as the caller
-			 * would: the switch gives the leaf an lsn_hint computed from the
-			 * survivors, which may lie within the horizon, so a crash between
-			 * the switch and a later record would leave the next pruning pass
-			 * (to the same horizon) neither reading this leaf nor logging it,
-			 * and a standby with the leaf as it was before a split whose
-			 * record was lost.  The record's position stamps the hint.
+			 * Not logged here: the caller logs the whole tree's changed
+			 * leaves in one record.  A switch never lowers the leaf's
+			 * lsn_hint, which lies beyond the horizon (it brought us here),
+			 * so a crash before that record is durable leaves the next
+			 * pruning pass (to the same horizon: it stays in the pool header
+			 * until a pass completes) reading this leaf and logging it.
 			 */
 			(void) amr_leaf_switch(NULL, t, id, tier, new_slot, &mbr, img, false,
-								   AMR_LOG_RESYNC);
+								   AMR_LOG_NONE);
 			AMR_FAULT_POINT("reconcile:after_prune_rewrite");
 			*image = img;
-			*logged = true;
 		}
 		else if (amr_leaf_live_entries(buf) != e->entries)
 		{
@@ -822,15 +819,84 @@ prune_leaf(AmrTree *t, uint32 id, XLogRecPtr horizon, AmrLeaf *buf, AmrLeaf *img
 	return dropped > 0 || stamped;
 }
 
-/* Step 5: pruning and resynchronisation of every live tree's leaves. */
+/*
+ * One tree's resync record being assembled: its images as XLOG_AMR_IMAGES
+ * carries them.
+ */
+typedef struct ResyncBatch
+{
+	int			n;
+	uint32		leaf_ids[AMR_WAL_MAX_RESYNC_IMAGES];
+	StringInfoData data;
+} ResyncBatch;
+
+/*
+ * Log the images gathered for tree t, as its last (or only) resync record,
+ * or as a part that more follow; returns the record's end.
+ */
+static XLogRecPtr
+resync_flush(AmrTree *t, ResyncBatch *b, bool more)
+{
+	XLogRecPtr	end;
+
+	Assert(b->n > 0);
+	end = amr_wal_resync(t, more ? AMR_IMAGE_RESYNC_PART : AMR_IMAGE_RESYNC, b->n,
+						 b->leaf_ids, b->data.data, b->data.len);
+	AMR_FAULT_POINT("reconcile:after_resync_record");
+	b->n = 0;
+	resetStringInfo(&b->data);
+	return end;
+}
+
+/* Add a leaf's image (pruned) to the tree's resync record. */
+static void
+resync_add(ResyncBatch *b, uint32 id, const AmrLeaf *image)
+{
+	xl_amr_image h;
+	uint16		n = (uint16) Min(image->hdr.nentries, (uint64) AMR_LEAF_CAPACITY);
+
+	h.leaf_id = id;
+	h.version = image->hdr.version;
+	h.flags = (uint16) (image->hdr.flags & AMR_LEAF_FLAG_NULLS);
+	h.nentries = n;
+	h.fresh_pos = AMR_NO_FRESH_ENTRY;
+	h.reserved = 0;
+	appendBinaryStringInfo(&b->data, (const char *) &h, sizeof(h));
+	if (n > 0)
+		appendBinaryStringInfo(&b->data, (const char *) image->entries,
+							   n * sizeof(AmrLeafEntry));
+	b->leaf_ids[b->n++] = id;
+}
+
+/*
+ * Step 5: pruning and resynchronisation of every live tree's leaves.
+ *
+ * All of a tree's changed leaves go into one record (up to
+ * AMR_WAL_MAX_RESYNC_IMAGES, then in parts), logged after the tree's
+ * pruning: a standby applies a record atomically for its scans, and one
+ * leaf per record left it, between two of them, with one half of a split
+ * whose record was lost and not the other (docs/design.md, "WAL").
+ * Nothing else changes leaves meanwhile: every other user of amrtree waits
+ * for finish (amr_require_ready).  A crash before a tree's record leaves
+ * its leaves stamped beyond the horizon (pruning in place keeps the stamp,
+ * and a switch never lowers it), so the next pass, to the same horizon,
+ * logs them again.  The records are flushed before the horizon is reset:
+ * after that, nothing would find these leaves again.
+ */
 static void
 prune_and_resync(XLogRecPtr horizon, ReconcileCounts *c)
 {
 	AmrStore   *s = &amr_store;
 	AmrLeaf    *buf = amr_alloc_leaf_buffer();
 	AmrLeaf    *img = amr_alloc_leaf_buffer();
+	ResyncBatch *batch = palloc(sizeof(ResyncBatch));
+	XLogRecPtr	last = InvalidXLogRecPtr;
+	int			max_images = AMR_FAULT_ACTIVE("reconcile:resync_in_parts") ? 1 :
+	AMR_WAL_MAX_RESYNC_IMAGES;
 	uint32		tn;
 
+	batch->n = 0;
+	initStringInfo(&batch->data);
 	for (tn = 0; tn < AMR_MAX_TREES; tn++)
 	{
 		AmrTree    *t = &s->trees[tn];
@@ -849,20 +915,17 @@ prune_and_resync(XLogRecPtr horizon, ReconcileCounts *c)
 			const AmrLeaf *image = NULL;
 			uint64		pruned = 0;
 			int64		count_delta = 0;
-			bool		rewrite_logged = false;
 
 			if ((id & 0xFFF) == 0)
 				CHECK_FOR_INTERRUPTS();
 			LWLockAcquire(amr_leaf_lock(id), LW_EXCLUSIVE);
-			if (prune_leaf(t, id, horizon, buf, img, &image, &pruned, &count_delta,
-						   &rewrite_logged) && logged && image)
+			if (prune_leaf(t, id, horizon, buf, img, &image, &pruned, &count_delta) &&
+				logged && image)
 			{
-				if (!rewrite_logged)
-				{
-					START_CRIT_SECTION();
-					(void) amr_wal_images(t, AMR_IMAGE_RESYNC, 1, &id, &image, NULL);
-					END_CRIT_SECTION();
-				}
+				/* a full record: this one is a part, more follow */
+				if (batch->n == max_images)
+					last = resync_flush(t, batch, true);
+				resync_add(batch, id, image);
 				c->resynced++;
 			}
 			LWLockRelease(amr_leaf_lock(id));
@@ -872,9 +935,15 @@ prune_and_resync(XLogRecPtr horizon, ReconcileCounts *c)
 				amr_counter_add(&t->nentries, (uint64) count_delta);
 			c->pruned += pruned;
 		}
+		if (batch->n > 0)
+			last = resync_flush(t, batch, false);
 		LWLockRelease(amr_tree_lock(t));
 		LWLockRelease(&amr_shared->publish_lock);
 	}
+	if (!XLogRecPtrIsInvalid(last))
+		XLogFlush(last);
+	pfree(batch->data.data);
+	pfree(batch);
 }
 
 /*
@@ -948,6 +1017,24 @@ finish(void)
 		}
 		if (rec->state != AMR_TREE_VALID)
 			continue;
+		if (rec->flags & AMR_TREE_FLAG_RESYNC_OPEN)
+		{
+			/*
+			 * Replay ended (a promotion, a recovery target) between the parts
+			 * of one resync of this tree: some leaves are as the primary's
+			 * crash recovery left them, others as they were before, and the
+			 * images that would make them agree are lost with the primary.
+			 */
+			ereport(WARNING,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("amrtree: WAL replay ended in the middle of a resynchronisation of tree %u of relation %u/%u/%u",
+							tn, rec->spc_oid, rec->db_oid, rec->relfilenode),
+					 errdetail("The primary logged the leaves its crash recovery found changed in several records, and recovery ended before the last of them."),
+					 errhint("Its index is rebuilt in the background (amrtree.auto_rebuild) or needs REINDEX; until then queries do not use it.")));
+			amr_tree_mark_broken(tn);
+			rec->flags &= ~AMR_TREE_FLAG_RESYNC_OPEN;
+			amr_persist(&rec->flags, sizeof(rec->flags));
+		}
 		if (history_reset)
 		{
 			amr_tree_free_storage(tn);

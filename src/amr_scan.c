@@ -38,6 +38,7 @@
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/latch.h"
 #include "storage/predicate.h"
 #include "utils/builtins.h"
 #include "utils/float.h"
@@ -88,6 +89,9 @@ typedef struct AmrScanOpaqueData
 	bool		no_match;
 
 	bool		started;
+	bool		resync_known;	/* resync_seq holds the tree's, as the scan
+								 * first read the inner nodes */
+	uint64		resync_seq;
 	uint64		start_nsn;
 	AmrLeafList cand;
 	uint32		cand_pos;
@@ -328,6 +332,7 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 
 	release_batch(so);
 	so->started = false;
+	so->resync_known = false;
 	amr_readahead_reset(&so->readahead);
 	so->cand.n = 0;
 	so->cand_pos = 0;
@@ -505,11 +510,46 @@ check_tree_unchanged(IndexScanDesc scan)
 						RelationGetRelationName(scan->indexRelation))));
 }
 
+static pg_noinline void
+report_resync(IndexScanDesc scan)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("canceling statement due to conflict with recovery"),
+			 errdetail("WAL replay logged leaves of amrtree index \"%s\" again, as the primary's crash recovery found them, while the scan was reading them.",
+					   RelationGetRelationName(scan->indexRelation)),
+			 errhint("Retry the query.")));
+}
+
+/*
+ * Hot standby: has WAL replay applied a resync record to the tree since the
+ * scan first read its inner nodes (amr_walredo.c, redo_resync)?  The leaves
+ * the scan read before it and those it reads after may then disagree --
+ * entries moved between them by a split whose record the primary lost, with
+ * no right link to follow -- and the scan could miss rows or return some
+ * twice, so it stops instead.  Checked after every leaf read, and at every
+ * later look at the inner nodes.  Never true on a primary.
+ */
+static inline void
+check_no_resync(IndexScanDesc scan)
+{
+	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
+
+	/* the leaf was read under its lock, before this load */
+	if (unlikely(amr_sync_read(&so->tree->resync_seq) != so->resync_seq))
+		report_resync(scan);
+}
+
 /*
  * Take the tree lock in shared mode to read the inner nodes of the tree the
  * scan began on, packed: on a standby, WAL replay may have left them stale
  * (amr_tree_pack_if_stale) since the scan opened the tree, and a leaf they
  * do not hold would be missed.
+ *
+ * The first time, on a hot standby, wait while replay applies a resync
+ * record to the tree, so that the scan sees all of its images or none, and
+ * refuse a tree that has received only some of the parts of one; from then
+ * on the tree must not have been resynchronised (check_no_resync).
  */
 static void
 lock_tree_for_read(IndexScanDesc scan)
@@ -519,11 +559,47 @@ lock_tree_for_read(IndexScanDesc scan)
 
 	for (;;)
 	{
+		uint64		seq;
+
 		LWLockAcquire(amr_tree_lock(t), LW_SHARED);
 		if (t->generation != so->generation)
 		{
 			LWLockRelease(amr_tree_lock(t));
 			check_tree_unchanged(scan);
+		}
+		seq = amr_sync_read(&t->resync_seq);
+		if (so->resync_known)
+		{
+			if (unlikely(seq != so->resync_seq))
+			{
+				LWLockRelease(amr_tree_lock(t));
+				report_resync(scan);
+			}
+		}
+		else if (unlikely(seq & 1))
+		{
+			/* replay is applying a resync record: it takes milliseconds */
+			LWLockRelease(amr_tree_lock(t));
+			CHECK_FOR_INTERRUPTS();
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 1L, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			continue;
+		}
+		else if (unlikely(amr_store.tree_records[t->tree_no].flags & AMR_TREE_FLAG_RESYNC_OPEN))
+		{
+			LWLockRelease(amr_tree_lock(t));
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("amrtree index \"%s\" cannot be used until WAL replay has all of a resynchronisation of it",
+							RelationGetRelationName(scan->indexRelation)),
+					 errdetail("The primary's crash recovery logged the index's changed leaves again in several records, and this standby has replayed only some of them."),
+					 errhint("Retry once replay has passed them.  If the primary is lost, the index is rebuilt after this standby is promoted.")));
+		}
+		else
+		{
+			so->resync_seq = seq;
+			so->resync_known = true;
 		}
 		if (!t->inner_stale)
 			return;
@@ -776,6 +852,7 @@ load_leaf(IndexScanDesc scan, uint32 leaf_id)
 		check_tree_unchanged(scan);
 		return;
 	}
+	check_no_resync(scan);
 	/* split after we collected the candidates: follow the moved entries */
 	if (follow != AMR_INVALID_LEAF)
 		amr_leaf_list_push(&so->cand, follow, scan_realloc, so->scan_cxt);
@@ -1007,6 +1084,7 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 		check_tree_unchanged(scan);
 		return;
 	}
+	check_no_resync(scan);
 	if (follow != AMR_INVALID_LEAF)
 		amr_knn_add_leaf(&so->knn, follow, r->distance, r->split_stamp);
 
@@ -1107,6 +1185,8 @@ knn_hold_returned(IndexScanDesc scan, uint64 payload)
 	uint32		leaf_id = rd->leaf_id;
 	bool		unsplit;
 
+	/* a resync moves entries with no NSN and no right link to follow */
+	check_no_resync(scan);
 	amr_pin_leaf(t, leaf_id);
 
 	/*
@@ -1138,6 +1218,7 @@ knn_hold_returned(IndexScanDesc scan, uint64 payload)
 			check_tree_unchanged(scan);
 			return false;
 		}
+		check_no_resync(scan);
 		if (leaf_holds_hit(img, hit))
 		{
 			so->returned_leaf = leaf_id;

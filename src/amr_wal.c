@@ -237,6 +237,28 @@ amr_wal_images(const AmrTree *t, AmrImageKind kind, int n, const uint32 *leaf_id
 }
 
 XLogRecPtr
+amr_wal_resync(const AmrTree *t, AmrImageKind kind, int n, const uint32 *leaf_ids,
+			   const char *data, Size len)
+{
+	xl_amr_images xlrec;
+	XLogRecPtr	end;
+	int			i;
+
+	Assert(AMR_IMAGE_KIND_IS_RESYNC(kind));
+	Assert(n > 0 && n <= AMR_WAL_MAX_RESYNC_IMAGES);
+	tree_ref(&amr_store.tree_records[t->tree_no], &xlrec.tree);
+	xlrec.kind = (uint16) kind;
+	xlrec.nimages = (uint16) n;
+	XLogBeginInsert();
+	XLogRegisterData((char *) &xlrec, sizeof(xlrec));
+	XLogRegisterData((char *) data, (uint32) len);
+	end = amr_xlog_insert(XLOG_AMR_IMAGES);
+	for (i = 0; i < n; i++)
+		amr_store.leaves[leaf_ids[i]].full_image_lsn = end;
+	return end;
+}
+
+XLogRecPtr
 amr_wal_append(const AmrTree *t, uint32 leaf_id, uint32 version, int pos,
 			   const AmrLeafEntry *e)
 {
@@ -306,7 +328,7 @@ amr_wal_split(const AmrTree *t, uint32 leaf_id, uint32 right_leaf,
 /* ---- describing ---- */
 
 static const char *const image_kind_names[AMR_IMAGE_KIND_COUNT] = {
-	"build", "new", "full", "rewrite", "move", "resync"
+	"build", "new", "full", "rewrite", "move", "resync", "resync part"
 };
 
 const char *

@@ -40,11 +40,18 @@ typedef enum AmrImageKind
 								 * into an SSD leaf) */
 	AMR_IMAGE_MOVE = 4,			/* moved to another tier, first time since a
 								 * checkpoint */
-	AMR_IMAGE_RESYNC = 5		/* after crash recovery: a leaf that changed
-								 * beyond the end of the replayed WAL */
+	AMR_IMAGE_RESYNC = 5,		/* after crash recovery: leaves that changed
+								 * beyond the end of the replayed WAL, all of
+								 * one tree's (or the last of them) */
+	AMR_IMAGE_RESYNC_PART = 6	/* the same, but more of the tree's follow in
+								 * the next record (AMR_WAL_MAX_RESYNC_IMAGES) */
 } AmrImageKind;
 
-#define AMR_IMAGE_KIND_COUNT 6
+#define AMR_IMAGE_KIND_COUNT 7
+
+/* Is an image kind a resync's (whose replay must look atomic)? */
+#define AMR_IMAGE_KIND_IS_RESYNC(kind) \
+	((kind) == AMR_IMAGE_RESYNC || (kind) == AMR_IMAGE_RESYNC_PART)
 
 /*
  * A tree: its storage identity, as in its directory record, and the
@@ -191,6 +198,14 @@ extern void amr_wal_tree_built(const AmrTree *t);
 #define AMR_WAL_MAX_IMAGES 32
 
 /*
+ * Up to this many images of one tree go into one resync record (about 4 MB
+ * for full leaves): a tree's resync is atomic for standby scans when it
+ * fits one record, and past this it is logged in parts, which a standby's
+ * scans refuse to read between (docs/design.md, "WAL").
+ */
+#define AMR_WAL_MAX_RESYNC_IMAGES 1024
+
+/*
  * Log n whole images of tree t's leaves; fresh_pos (NULL: none) names per
  * image the entry whose insert_lsn is to be the record's end.  Notes each
  * leaf as fully logged.  Returns the record's end.
@@ -198,6 +213,16 @@ extern void amr_wal_tree_built(const AmrTree *t);
 extern XLogRecPtr amr_wal_images(const AmrTree *t, AmrImageKind kind, int n,
 								 const uint32 *leaf_ids, const AmrLeaf *const *imgs,
 								 const uint16 *fresh_pos);
+
+/*
+ * Log a resync record of tree t (kind AMR_IMAGE_RESYNC, or _PART when more
+ * of the tree's follow): n images (leaf ids in leaf_ids) already laid out
+ * in data (len bytes) as XLOG_AMR_IMAGES carries them, each an xl_amr_image
+ * and its entries.  Not in a critical section.  Notes each leaf as fully
+ * logged.  Returns the record's end.
+ */
+extern XLogRecPtr amr_wal_resync(const AmrTree *t, AmrImageKind kind, int n,
+								 const uint32 *leaf_ids, const char *data, Size len);
 
 /*
  * Log an entry going into position pos of a leaf whose version is version.

@@ -583,7 +583,7 @@ drops_live_entry(const AmrLeaf *old, const AmrLeaf *img)
 static bool
 image_may_drop_entries(AmrImageKind kind)
 {
-	return kind == AMR_IMAGE_FULL || kind == AMR_IMAGE_REWRITE || kind == AMR_IMAGE_RESYNC;
+	return kind == AMR_IMAGE_FULL || kind == AMR_IMAGE_REWRITE || AMR_IMAGE_KIND_IS_RESYNC(kind);
 }
 
 /*
@@ -599,15 +599,15 @@ scans_may_hold(AmrTree *t, uint32 leaf_id)
 }
 
 /*
- * Hot standby: a whole image that the primary logged again after its crash
- * recovery (AMR_IMAGE_RESYNC) replaces a leaf with what the primary's pool
- * holds, and that pool changed beyond the WAL this standby has: the
- * records of those changes never reached durable WAL.  If the image drops
+ * Hot standby: the whole images that the primary logged again after its
+ * crash recovery (a resync record) replace leaves with what the primary's
+ * pool holds, and that pool changed beyond the WAL this standby has: the
+ * records of those changes never reached durable WAL.  If an image drops
  * live entries, they went by a change this standby never heard of -- a
- * split, which moved them to a leaf that comes in a record of its own, with
- * no right link that scans here could follow; or a VACUUM whose heap
- * records, with their snapshot conflicts, were lost too.  Either way a scan
- * that began before this record would miss rows its snapshot sees.  Nothing
+ * split, which moved them to another leaf of the record, with no right link
+ * that scans here could follow; or a VACUUM whose heap records, with their
+ * snapshot conflicts, were lost too.  Either way a scan that began before
+ * this record would miss rows its snapshot sees.  Nothing
  * says which snapshots still need them, so the record conflicts with every
  * snapshot taken before it, as a lost heap conflict would at the newest: its
  * queries are canceled past max_standby_streaming_delay, rather than
@@ -675,15 +675,8 @@ redo_image_list(XLogReaderState *record, AmrTree *t, bool may_drop)
 		if (h.fresh_pos != AMR_NO_FRESH_ENTRY && h.fresh_pos < h.nentries)
 			img->entries[h.fresh_pos].insert_lsn = record->EndRecPtr;
 		old = NULL;
-		if (x->kind == AMR_IMAGE_RESYNC && InHotStandby &&
+		if (may_drop && scans_may_hold(t, h.leaf_id) &&
 			amr_leaf_read(NULL, t, h.leaf_id, redo_buf[1], NULL, NULL) != 0)
-		{
-			old = redo_buf[1];
-			if (drops_live_entry(old, img))
-				resync_resolve_conflicts(t);
-		}
-		else if (may_drop && scans_may_hold(t, h.leaf_id) &&
-				 amr_leaf_read(NULL, t, h.leaf_id, redo_buf[1], NULL, NULL) != 0)
 			old = redo_buf[1];
 		put_leaf(t, h.leaf_id, img, x->kind != AMR_IMAGE_BUILD);
 		if (amr_store.tree_records[t->tree_no].flags & AMR_TREE_FLAG_BROKEN)
@@ -692,6 +685,111 @@ redo_image_list(XLogReaderState *record, AmrTree *t, bool may_drop)
 			(old == NULL || drops_live_entry(old, img)))
 			amr_redo_wait_for_unpin(t, h.leaf_id);
 	}
+}
+
+/*
+ * Hot standby, before a resync record is applied: does one of its images
+ * drop a live entry of the leaf this standby has?
+ */
+static bool
+resync_drops_live_entry(XLogReaderState *record, AmrTree *t)
+{
+	char	   *data = XLogRecGetData(record);
+	Size		len = XLogRecGetDataLen(record);
+	xl_amr_images *x = (xl_amr_images *) data;
+	Size		off = sizeof(xl_amr_images);
+	int			i;
+
+	for (i = 0; i < x->nimages && off + sizeof(xl_amr_image) <= len; i++)
+	{
+		xl_amr_image h;
+
+		memcpy(&h, data + off, sizeof(h));
+		off += sizeof(h);
+		if (h.leaf_id < amr_store.lt_capacity &&
+			amr_leaf_read(NULL, t, h.leaf_id, redo_buf[1], NULL, NULL) != 0)
+		{
+			image_from_record(t, redo_buf[0], h.leaf_id, h.flags, data + off, h.nentries);
+			if (drops_live_entry(redo_buf[1], redo_buf[0]))
+				return true;
+		}
+		off += (Size) h.nentries * sizeof(AmrLeafEntry);
+	}
+	return false;
+}
+
+/*
+ * Mark the tree's resync open (a part came, more follow) or closed (its
+ * last record came), durably: a standby restarted in between resumes
+ * replay after the part, and must still keep scans off the tree.
+ */
+static void
+resync_set_open(AmrTree *t, bool open)
+{
+	AmrTreeRecord *rec = &amr_store.tree_records[t->tree_no];
+	uint32		flags = open ? (rec->flags | AMR_TREE_FLAG_RESYNC_OPEN) :
+	(rec->flags & ~AMR_TREE_FLAG_RESYNC_OPEN);
+
+	if (flags == rec->flags)
+		return;
+	LWLockAcquire(&amr_shared->directory_lock, LW_EXCLUSIVE);
+	rec->flags = flags;
+	amr_persist(&rec->flags, sizeof(rec->flags));
+	LWLockRelease(&amr_shared->directory_lock);
+}
+
+/*
+ * A resync record (a primary's crash recovery logging again the leaves that
+ * changed beyond the WAL it replayed) holds every changed leaf of one tree,
+ * and its replay must look atomic to hot-standby scans: the leaves may
+ * trade entries by a split whose record was lost, the first half's image
+ * replacing the old full leaf in place (no NSN, no right link) and the
+ * second half a leaf of its own, so a scan that saw some of the images and
+ * not the others would miss rows or return them twice.  So
+ *
+ *	- if an image drops a live entry, the record conflicts with every
+ *	  snapshot first (resync_resolve_conflicts), before anything changes;
+ *	- the tree's resync_seq is odd while the images go in: scans that start
+ *	  meanwhile wait for it to turn even (amr_scan.c), and a scan that
+ *	  began before reads it again after every leaf and raises an error if
+ *	  it changed, as it may have read some leaves before and some after;
+ *	- a tree whose resync came in parts (AMR_IMAGE_RESYNC_PART, past
+ *	  AMR_WAL_MAX_RESYNC_IMAGES) is marked open from the first part to the
+ *	  last record, and scans refuse it meanwhile; a promotion or the end of
+ *	  a point-in-time recovery between them leaves the index to be rebuilt
+ *	  (amr_reconcile.c).
+ *
+ * Crash recovery over this server's own pool skips the images (its pool is
+ * ahead) and marks nothing: the pass that follows logs them all again.
+ */
+static void
+redo_resync(XLogReaderState *record, AmrTree *t, xl_amr_images *x)
+{
+	uint64		pass;
+
+	if (InHotStandby && resync_drops_live_entry(record, t))
+		resync_resolve_conflicts(t);
+	if (!redo_over_own_pool && x->kind == AMR_IMAGE_RESYNC_PART)
+		resync_set_open(t, true);
+
+	/* no scan is collecting leaves while the count turns odd */
+	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+	(void) amr_sync_add(&t->resync_seq, 1);
+	LWLockRelease(amr_tree_lock(t));
+	pass = amr_removal_pass_begin(t);
+	PG_TRY();
+	{
+		redo_image_list(record, t, true);
+	}
+	PG_FINALLY();
+	{
+		amr_removal_pass_end(t, pass);
+		(void) amr_sync_add(&t->resync_seq, 1);
+	}
+	PG_END_TRY();
+
+	if (x->kind == AMR_IMAGE_RESYNC)
+		resync_set_open(t, false);
 }
 
 static void
@@ -704,6 +802,11 @@ redo_images(XLogReaderState *record)
 
 	if (t == NULL)
 		return;
+	if (AMR_IMAGE_KIND_IS_RESYNC(x->kind))
+	{
+		redo_resync(record, t, x);
+		return;
+	}
 	may_drop = image_may_drop_entries(x->kind);
 	/* standby scans check for removals since they read a leaf (amr_pins.c) */
 	if (may_drop)

@@ -10,10 +10,11 @@
 # it: the pruning logs both halves again, whole.  Here the pruning crashes
 # right after it rewrote the first half (reconcile:after_prune_rewrite), and
 # the second pass, to the same horizon, must still get both halves to the
-# standby: the first half's rewrite was logged before its switch.  (Logged
-# after it, the rewrite gave the half a WAL stamp within the horizon, the
-# second pass skipped it, and the standby held the old full leaf beside the
-# new second half: every entry of that half twice.)
+# standby: the first half's rewrite, switched before the tree's resync
+# record, keeps its WAL stamp beyond the horizon.  (When a switch gave the
+# half a stamp within the horizon, the second pass skipped it, and the
+# standby held the old full leaf beside the new second half: every entry of
+# that half twice.)
 #
 # 2. A PMEM leaf splits and the tier manager moves both halves to SSD,
 # logging nothing; the move must not lower the first half's stamp below

@@ -108,6 +108,11 @@ typedef enum AmrTreeState
 #define AMR_TREE_FLAG_BROKEN	0x0004	/* WAL replay could not follow the
 										 * primary for this tree (the server
 										 * log says why): it must be rebuilt */
+#define AMR_TREE_FLAG_RESYNC_OPEN 0x0008	/* WAL replay has applied some,
+											 * not all, of the records of one
+											 * resync of this tree
+											 * (amr_walredo.c): scans must not
+											 * use it */
 
 typedef struct AmrTreeRecord
 {

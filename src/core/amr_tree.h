@@ -125,6 +125,9 @@ typedef struct AmrTree
 								 * their replay) begun ... */
 	uint64_t	removals_finished;	/* ... and the number of the last one
 									 * finished (amr_pins.c) */
+	uint64_t	resync_seq;		/* atomic: odd while WAL replay applies a
+								 * resync record, bumped again after it
+								 * (amr_walredo.c, amr_scan.c) */
 	/* leaves per tier, maintained by the Leaf Table functions (atomic) */
 	uint64_t	pmem_leaves;
 	uint64_t	ssd_leaves;
