@@ -294,6 +294,17 @@ migrate_batch(AmrTree *t, const uint32 *ids, int n, uint32 to, Migration *m,
 {
 	int			i;
 
+	/*
+	 * The error path below gives back the slot of every migration that has
+	 * one, and an error (an SSD image that fails its checksum, say) can come
+	 * before the later ones are prepared.  Their has_slot must say no: the
+	 * caller allocates m[] uninitialised, and a batch may be longer than the
+	 * ones before it, so it may hold anything -- and a slot given back that a
+	 * leaf still uses is handed to the next leaf written.
+	 */
+	for (i = 0; i < n; i++)
+		m[i].has_slot = false;
+
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
 	PG_TRY();
 	{
@@ -325,7 +336,10 @@ migrate_batch(AmrTree *t, const uint32 *ids, int n, uint32 to, Migration *m,
 	{
 		for (i = 0; i < n; i++)
 			if (m[i].has_slot)
+			{
 				amr_give_back_slot(to, m[i].slot);
+				m[i].has_slot = false;
+			}
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
