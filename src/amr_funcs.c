@@ -157,6 +157,21 @@ open_for_inspection(Oid indexoid, AmrInspect what, LOCKMODE lockmode)
 					 errmsg("relation with OID %u does not exist", indexoid)));
 		}
 
+		/*
+		 * An unlogged index has no tree on a standby: nothing of it is in the
+		 * WAL, and its relation has no main fork there (only the init fork),
+		 * so reading its metapage would fail with a missing file.  Refuse it
+		 * as PostgreSQL refuses queries on unlogged relations during
+		 * recovery; for a partitioned index, naming the partition's index.
+		 */
+		if (index->rd_rel->relpersistence == RELPERSISTENCE_UNLOGGED &&
+			RecoveryInProgress())
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot access unlogged index \"%s\" during recovery",
+							RelationGetRelationName(index)),
+					 errdetail("Unlogged indexes are not replicated: a standby has no tree for them.")));
+
 		/* the partitions' owners may differ: skip theirs, as VACUUM does */
 		if (what == AMR_INSPECT_OWNER && ioid != indexoid &&
 			!pg_class_ownercheck(ioid, GetUserId()))

@@ -639,6 +639,7 @@ start_scan(IndexScanDesc scan)
 		if (so->predicate_locks)
 			PredicateLockRelation(scan->indexRelation, scan->xs_snapshot);
 		amr_knn_begin_box(&so->knn, &amr_store, t, &so->order_box);
+		amr_knn_set_lossy(&so->knn, !so->order_exact);
 		return;
 	}
 	if (so->want_box_side)
@@ -1134,7 +1135,8 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 		{
 			AmrFBox		fb = amr_fbox_from_box(&en->key);
 
-			distance = amr_fbox_box_lower_bound(&fb, &so->order_box);
+			distance = amr_lossy_lower_bound(amr_fbox_box_lower_bound(&fb, &so->order_box),
+											 &fb, &so->order_box);
 		}
 		amr_knn_add_entry(&so->knn, distance, seq, payload, !so->order_exact);
 	}

@@ -32,6 +32,7 @@
  * shortest that converts to exactly that power; pgindent cannot lay out
  * hexadecimal floating-point literals.
  */
+#define AMR_2_POW_MINUS_40 9.094947017729282e-13
 #define AMR_2_POW_MINUS_48 3.552713678800501e-15
 #define AMR_2_POW_MINUS_50 8.881784197001252e-16
 #define AMR_2_POW_MINUS_900 1.1830521861667747e-271
@@ -872,6 +873,40 @@ amr_fbox_box_lower_bound(const AmrFBox *m, const AmrBox *q)
 	if (bound <= fmax(slack_x, slack_y))
 		bound = 0.0;
 	return bound;
+}
+
+/*
+ * A bound from amr_fbox_box_lower_bound(m, q), lowered so that it is also a
+ * lower bound of the distance PostgreSQL computes for a value of a lossy
+ * operator class (circle_ops, poly_ops) inside m, which the executor
+ * compares it with ("index returned tuples in wrong order" when it is
+ * below).  That bound covers the rounding of a box's distance, but those
+ * classes compute theirs by other formulas: dist_cpoint() takes
+ * pg_hypot(centre - point) - radius, whose rounding (of the coordinates'
+ * differences, the hypotenuse and the subtraction, a few ulps of the
+ * magnitudes involved) can put it below the gap to the box when the box's
+ * edge is exact and the gap small against the magnitudes -- a circle of
+ * radius 1e6 seen from x = 8e14, or of radius 10 from y = -3e13, where
+ * the exact distance lost up to 0.125 to the rounding; dist_ppoly() goes
+ * through the edges' lines.  So the bound is lowered by 2^-40 of the sum of
+ * the largest magnitudes of both boxes along each axis (an absolute error
+ * of some 2^-50 of the magnitudes, with room to spare).  The slack grows
+ * with the box, so a bound still never exceeds the bound of a box inside
+ * it: an inner node's stays at most its children's.
+ */
+static inline double
+amr_lossy_lower_bound(double bound, const AmrFBox *m, const AmrBox *q)
+{
+	double		slack;
+
+	if (!(bound > 0.0))
+		return bound;
+	slack = AMR_2_POW_MINUS_40 *
+		(fmax(fabs((double) m->xlo), fabs((double) m->xhi)) +
+		 fmax(fabs((double) m->ylo), fabs((double) m->yhi)) +
+		 fmax(fabs(q->xlo), fabs(q->xhi)) +
+		 fmax(fabs(q->ylo), fabs(q->yhi)));
+	return bound > slack ? bound - slack : 0.0;
 }
 
 #endif							/* AMR_GEOM_H */

@@ -185,6 +185,7 @@ amr_knn_begin_box(AmrKnnSearch *s, const AmrStore *store, const AmrTree *tree,
 	s->store = store;
 	s->tree = tree;
 	s->query = *query;
+	s->lossy = false;
 	s->tree_read = false;
 	s->inner_nodes_seen = 0;
 	s->split_base = 0;
@@ -202,6 +203,21 @@ amr_knn_begin_box(AmrKnnSearch *s, const AmrStore *store, const AmrTree *tree,
 	s->entries_late = 0;
 	s->restarts = 0;
 	s->max_items = 0;
+}
+
+void
+amr_knn_set_lossy(AmrKnnSearch *s, bool lossy)
+{
+	s->lossy = lossy;
+}
+
+/* The bound of a node's or leaf's box, for the search's kind of distance. */
+static double
+box_bound(const AmrKnnSearch *s, const AmrFBox *b)
+{
+	double		bound = amr_fbox_box_lower_bound(b, &s->query);
+
+	return s->lossy ? amr_lossy_lower_bound(bound, b, &s->query) : bound;
 }
 
 /*
@@ -349,8 +365,7 @@ expand_node(AmrKnnSearch *s, uint32_t node_id)
 		{
 			AmrFBox		b = amr_node_entry_box(n, i);
 
-			push_leaf(s, n->child[i], amr_fbox_box_lower_bound(&b, &s->query),
-					  stamp);
+			push_leaf(s, n->child[i], box_bound(s, &b), stamp);
 		}
 	}
 	else
@@ -359,7 +374,7 @@ expand_node(AmrKnnSearch *s, uint32_t node_id)
 		{
 			AmrFBox		b = amr_node_entry_box(n, i);
 
-			push_node(s, n->child[i], amr_fbox_box_lower_bound(&b, &s->query));
+			push_node(s, n->child[i], box_bound(s, &b));
 		}
 	}
 }

@@ -141,6 +141,8 @@ typedef struct AmrKnnSearch
 	const AmrStore *store;
 	const AmrTree *tree;
 	AmrBox		query;			/* a point is a degenerate box */
+	bool		lossy;			/* bounds for a lossy class's distances
+								 * (amr_lossy_lower_bound) */
 
 	bool		tree_read;		/* the root has been queued */
 	uint64_t	inner_nodes_seen;	/* AmrTree.ninner when nodes were read */
@@ -191,6 +193,12 @@ extern void amr_knn_begin(AmrKnnSearch *s, const AmrStore *store,
  */
 extern void amr_knn_begin_box(AmrKnnSearch *s, const AmrStore *store,
 							  const AmrTree *tree, const AmrBox *query);
+
+/*
+ * After amr_knn_begin_box: the distances the executor checks the bounds
+ * against are a lossy operator class's (circle, polygon), not the boxes'.
+ */
+extern void amr_knn_set_lossy(AmrKnnSearch *s, bool lossy);
 
 /* Whether the next amr_knn_next call may read inner nodes (tree lock). */
 extern bool amr_knn_next_reads_tree(const AmrKnnSearch *s);
