@@ -632,6 +632,23 @@ resync_resolve_conflicts(AmrTree *t)
 	ResolveRecoveryConflictWithSnapshot(limit, node);
 }
 
+/*
+ * The next image of an XLOG_AMR_IMAGES record's data (len bytes), at *off:
+ * its header into *h and its entries' start into *entries, advancing *off
+ * past both.  False at the end of the data.
+ */
+static bool
+next_image(const char *data, Size len, Size *off, xl_amr_image *h,
+		   const char **entries)
+{
+	if (*off + sizeof(xl_amr_image) > len)
+		return false;
+	memcpy(h, data + *off, sizeof(*h));
+	*entries = data + *off + sizeof(*h);
+	*off += sizeof(*h) + (Size) h->nentries * sizeof(AmrLeafEntry);
+	return true;
+}
+
 static void
 redo_image_list(XLogReaderState *record, AmrTree *t, bool may_drop)
 {
@@ -639,16 +656,15 @@ redo_image_list(XLogReaderState *record, AmrTree *t, bool may_drop)
 	Size		len = XLogRecGetDataLen(record);
 	xl_amr_images *x = (xl_amr_images *) data;
 	Size		off = sizeof(xl_amr_images);
+	xl_amr_image h;
+	const char *entries;
 	int			i;
 
-	for (i = 0; i < x->nimages && off + sizeof(xl_amr_image) <= len; i++)
+	for (i = 0; i < x->nimages && next_image(data, len, &off, &h, &entries); i++)
 	{
-		xl_amr_image h;
 		AmrLeaf    *img = redo_buf[0];
 		AmrLeaf    *old;
 
-		memcpy(&h, data + off, sizeof(h));
-		off += sizeof(h);
 		if (!leaf_id_fits(t, h.leaf_id))
 			return;
 		if (already_has(t, h.leaf_id, h.version, true))
@@ -663,15 +679,13 @@ redo_image_list(XLogReaderState *record, AmrTree *t, bool may_drop)
 			 */
 			if (x->kind == AMR_IMAGE_FULL && !already_has(t, h.leaf_id, h.version, false))
 			{
-				redo_full_image_in_place(t, &h, data + off, record->EndRecPtr);
+				redo_full_image_in_place(t, &h, entries, record->EndRecPtr);
 				if (amr_store.tree_records[t->tree_no].flags & AMR_TREE_FLAG_BROKEN)
 					return;
 			}
-			off += (Size) h.nentries * sizeof(AmrLeafEntry);
 			continue;
 		}
-		image_from_record(t, img, h.leaf_id, h.flags, data + off, h.nentries);
-		off += (Size) h.nentries * sizeof(AmrLeafEntry);
+		image_from_record(t, img, h.leaf_id, h.flags, entries, h.nentries);
 		if (h.fresh_pos != AMR_NO_FRESH_ENTRY && h.fresh_pos < h.nentries)
 			img->entries[h.fresh_pos].insert_lsn = record->EndRecPtr;
 		old = NULL;
@@ -698,22 +712,19 @@ resync_drops_live_entry(XLogReaderState *record, AmrTree *t)
 	Size		len = XLogRecGetDataLen(record);
 	xl_amr_images *x = (xl_amr_images *) data;
 	Size		off = sizeof(xl_amr_images);
+	xl_amr_image h;
+	const char *entries;
 	int			i;
 
-	for (i = 0; i < x->nimages && off + sizeof(xl_amr_image) <= len; i++)
+	for (i = 0; i < x->nimages && next_image(data, len, &off, &h, &entries); i++)
 	{
-		xl_amr_image h;
-
-		memcpy(&h, data + off, sizeof(h));
-		off += sizeof(h);
 		if (h.leaf_id < amr_store.lt_capacity &&
 			amr_leaf_read(NULL, t, h.leaf_id, redo_buf[1], NULL, NULL) != 0)
 		{
-			image_from_record(t, redo_buf[0], h.leaf_id, h.flags, data + off, h.nentries);
+			image_from_record(t, redo_buf[0], h.leaf_id, h.flags, entries, h.nentries);
 			if (drops_live_entry(redo_buf[1], redo_buf[0]))
 				return true;
 		}
-		off += (Size) h.nentries * sizeof(AmrLeafEntry);
 	}
 	return false;
 }
