@@ -222,6 +222,61 @@ SELECT pg_ex_fill('pg_ex_amr') = pg_ex_fill('pg_ex_plain') AS same_accepted,
 DROP TABLE pg_ex_amr, pg_ex_plain;
 DROP FUNCTION pg_ex_fill(text);
 
+-- A cached box that is not the box of the coordinates: ST_QuantizeCoordinates
+-- keeps the float4 box of the unquantized value, and PostGIS's operators
+-- (and its GiST) compare that box.  The key was taken from the coordinates
+-- (box(geometry) recomputes it): "&&" at x = 3.299 missed the line (its
+-- coordinates end at 3.296875, its box at 3.3000002), "&&" at x = 0.098
+-- returned it, "~", "@", "&>" and ">>" lost it, and ORDER BY <#> failed
+-- with "index returned tuples in wrong order".  Its box does not cover its
+-- coordinates either (x from 0.09765625, the box from 0.099999994), so it
+-- is no bound for <->: such a row is decided on the row (GiST's ORDER BY
+-- <-> fails here).  Rows before and after the build, points between its
+-- two boxes, and such a value as the query.
+CREATE TABLE pg_stale (id int, g geometry);
+INSERT INTO pg_stale SELECT i, ST_MakePoint(i % 100, 1000 + i / 100) FROM generate_series(1, 3000) i;
+INSERT INTO pg_stale VALUES (-10, 'POINT(3.299 1)'), (-11, 'POINT(0.098 1)');
+INSERT INTO pg_stale VALUES (-1, ST_QuantizeCoordinates('LINESTRING(0.1 0.2, 1.3 2.7, 3.3 -0.1)', 1)),
+  (-2, ST_QuantizeCoordinates('POLYGON((10.1 10.1, 15.7 10.3, 13.1 14.9, 10.1 10.1))', 1));
+CREATE INDEX pg_stale_g ON pg_stale USING amrtree (g);
+INSERT INTO pg_stale VALUES (-3, ST_QuantizeCoordinates('LINESTRING(20.1 0.2, 21.3 2.7, 23.3 -0.1)', 1)),
+  (-4, ST_QuantizeCoordinates('POLYGON((30.1 10.1, 35.7 10.3, 33.1 14.9, 30.1 10.1))', 1));
+ANALYZE pg_stale;
+SELECT ST_XMin(g) AS xmin, ST_XMax(g) AS xmax, ST_XMin(postgis_getbbox(g))::float4 AS box_xmin,
+       ST_XMax(postgis_getbbox(g))::float4 AS box_xmax
+FROM pg_stale WHERE id = -1;
+CREATE TABLE pg_stale_q AS SELECT * FROM (VALUES
+  ('POINT(3.299 1)'::geometry), ('POINT(0.098 1)'), (ST_MakeEnvelope(0.0999, -0.1, 3.3001, 2.71)),
+  (ST_MakeEnvelope(15.65, 10, 16, 11)), ('POINT(23.299 1)'), ('POINT(20.098 1)'),
+  (ST_MakeEnvelope(20.0999, -0.1, 23.3001, 2.71)), (ST_MakeEnvelope(35.65, 10, 36, 11))) q(q);
+SELECT count(*) AS comparisons,
+       count(*) FILTER (WHERE pg_ids('pg_stale', op, q, 'index') <> pg_ids('pg_stale', op, q, 'seq')) AS index_vs_seq,
+       count(*) FILTER (WHERE pg_ids('pg_stale', op, q, 'bitmap') <> pg_ids('pg_stale', op, q, 'seq')) AS bitmap_vs_seq,
+       count(*) FILTER (WHERE -1 = ANY (pg_ids('pg_stale', op, q, 'seq')) OR -3 = ANY (pg_ids('pg_stale', op, q, 'seq'))) AS stale_rows_in_seq
+FROM pg_ops, pg_stale_q;
+SELECT pg_ids('pg_stale', '&&', 'POINT(3.299 1)', 'index') AS east_of_coordinates,
+       pg_ids('pg_stale', '&&', 'POINT(0.098 1)', 'index') AS west_of_box,
+       pg_ids('pg_stale', '&&', 'POINT(23.299 1)', 'bitmap') AS inserted;
+-- the value as the query: a parameter (pg_ids' literal is parsed again, and
+-- its box computed again), whose box PostGIS takes from the cache
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+EXPLAIN (COSTS OFF) SELECT id FROM pg_stale WHERE g && (SELECT g FROM pg_stale s WHERE s.id = -1);
+SELECT array_agg(id ORDER BY id) AS index_scan FROM pg_stale WHERE g && (SELECT g FROM pg_stale s WHERE s.id = -1);
+SET enable_seqscan = on;
+SET enable_indexscan = off;
+SELECT array_agg(id ORDER BY id) AS seq_scan FROM pg_stale WHERE g && (SELECT g FROM pg_stale s WHERE s.id = -1);
+RESET enable_seqscan;
+RESET enable_indexscan;
+RESET enable_bitmapscan;
+SELECT op, count(*) AS comparisons,
+       count(*) FILTER (WHERE pg_knn('pg_stale', op, q, 5, 'index') <> pg_knn('pg_stale', op, q, 5, 'seq')) AS index_vs_seq
+FROM unnest(ARRAY['<->', '<#>']) op,
+     (SELECT q FROM pg_stale_q UNION ALL VALUES ('POINT(0 1)'::geometry), ('POINT(20 1)')) q
+GROUP BY op ORDER BY op;
+SELECT amrtree_check('pg_stale_g');
+DROP TABLE pg_stale, pg_stale_q;
+
 DROP TABLE pg_geo, pg_amr, pg_gist, pg_q, pg_ops, pg_result, pg_knn_result, pg_nan;
 DROP FUNCTION pg_ids(text, text, geometry, text);
 DROP FUNCTION pg_knn(text, text, geometry, int, text);

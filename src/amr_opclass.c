@@ -277,16 +277,30 @@ amrtree_circle_bbox(PG_FUNCTION_ARGS)
 }
 
 /*
- * The float4 bounding box of a value of another extension's type, through
- * that type's own SQL-callable "box(T) RETURNS box" found in the type's
- * schema (for PostGIS geometry: box(geometry), which gives the box PostGIS
- * caches in the value or computes), rounded outward to float4.  PostGIS's
- * index operators compare exactly those float4 boxes (its BOX2DF), so the
- * key must be that box, not the float8 one: two geometries whose float4
- * boxes touch while their float8 boxes do not satisfy "&&".  A value
- * without extent (box() returns NULL: an empty geometry) gets a NaN box.
- * Declared by amrtree_postgis as its support function 1; the declared
- * argument type, not the call site's, names T.
+ * The float4 bounding box of a value of another extension's type, as that
+ * type's own index operators see it, through SQL-callable functions found
+ * in the type's schema (declared by amrtree_postgis as its support function
+ * 1; the declared argument type, not the call site's, names T):
+ *
+ *	- postgis_getbbox(T), then box3d() of its result, then box() of that:
+ *	  for PostGIS geometry, the float4 box cached in the value when it has
+ *	  one, else the box computed from its coordinates -- what PostGIS's
+ *	  operators compare (gserialized_datum_get_box2df_p).  The cached box is
+ *	  not always the box of the coordinates: ST_QuantizeCoordinates() keeps
+ *	  the box of the unquantized value, so POINT(3.299 1) && its result may
+ *	  hold while the coordinates end at x = 3.296875.  A key taken from the
+ *	  coordinates (box(geometry) recomputes) made index scans miss and add
+ *	  rows that a sequential scan and PostGIS's GiST agree on.
+ *	- box(T) returning box, the box of the coordinates (box(geometry)
+ *	  computes it), which must exist: the key of a type without the chain
+ *	  above, and for one with it the test that the operators' box covers the
+ *	  coordinates (a value whose box does not gets the NaN key, below).
+ *
+ * The result is rounded outward to float4.  PostGIS's index operators
+ * compare exactly those float4 boxes (its BOX2DF), so the key must be that
+ * box, not the float8 one: two geometries whose float4 boxes touch while
+ * their float8 boxes do not satisfy "&&".  A value without extent (NULL from
+ * a function: an empty geometry) gets a NaN box.
  */
 static Oid
 type_namespace(Oid typid)
@@ -299,6 +313,17 @@ type_namespace(Oid typid)
 	nsp = ((Form_pg_type) GETSTRUCT(tup))->typnamespace;
 	ReleaseSysCache(tup);
 	return nsp;
+}
+
+/* The function nsp.fname(argtype), or InvalidOid; *rettype its result type. */
+static Oid
+lookup_unary_function(const char *nsp, const char *fname, Oid argtype, Oid *rettype)
+{
+	List	   *name = list_make2(makeString(pstrdup(nsp)), makeString(pstrdup(fname)));
+	Oid			fn = LookupFuncName(name, 1, &argtype, true);
+
+	*rettype = OidIsValid(fn) ? get_func_rettype(fn) : InvalidOid;
+	return fn;
 }
 
 /*
@@ -327,55 +352,109 @@ float4_ceil(double v)
 	return amr_round_up(v);
 }
 
+#define FLOAT4_BBOX_CHAIN 3
+
 typedef struct Float4BboxCache
 {
 	Oid			argtype;
-	FmgrInfo	box_fn;
+	FmgrInfo	box_fn;			/* box(T): the box of the coordinates */
+	int			nchain;			/* FLOAT4_BBOX_CHAIN, or 0 without it */
+	FmgrInfo	chain[FLOAT4_BBOX_CHAIN];	/* postgis_getbbox, box3d, box */
 } Float4BboxCache;
+
+/* Apply fns[0..n-1] in turn to value; false if one returned NULL. */
+static bool
+apply_unary_functions(FmgrInfo *fns, int n, Oid collation, Datum value, BOX *out)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		LOCAL_FCINFO(inner, 1);
+
+		InitFunctionCallInfoData(*inner, &fns[i], 1, collation, NULL, NULL);
+		inner->args[0].value = value;
+		inner->args[0].isnull = false;
+		value = FunctionCallInvoke(inner);
+		if (inner->isnull)
+			return false;
+	}
+	*out = *DatumGetBoxP(value);
+	return true;
+}
+
+static bool
+box_has_nan(const BOX *b)
+{
+	return isnan(b->low.x) || isnan(b->low.y) || isnan(b->high.x) || isnan(b->high.y);
+}
+
+/* b rounded outward to float4, clamped to its range (no NaN in b) */
+static void
+box_round_float4(BOX *b)
+{
+	b->low.x = float4_floor(b->low.x);
+	b->low.y = float4_floor(b->low.y);
+	b->high.x = float4_ceil(b->high.x);
+	b->high.y = float4_ceil(b->high.y);
+}
 
 Datum
 amrtree_float4_bbox(PG_FUNCTION_ARGS)
 {
 	Float4BboxCache *cache = (Float4BboxCache *) fcinfo->flinfo->fn_extra;
 	BOX		   *b = (BOX *) palloc(sizeof(BOX));
-
-	LOCAL_FCINFO(inner, 1);
-	Datum		result;
+	BOX			coords;
+	bool		have_box;
 
 	if (cache == NULL)
 	{
 		Oid		   *argtypes;
 		int			nargs;
+		Oid			chain[FLOAT4_BBOX_CHAIN] = {InvalidOid, InvalidOid, InvalidOid};
 		Oid			boxfn;
-		List	   *name;
+		Oid			rettype = InvalidOid;
+		char	   *nsp;
+		int			i;
 
 		get_func_signature(fcinfo->flinfo->fn_oid, &argtypes, &nargs);
 		if (nargs != 1)
 			elog(ERROR, "amrtree_float4_bbox must be declared with one argument");
-		name = list_make2(makeString(get_namespace_name(type_namespace(argtypes[0]))),
-						  makeString("box"));
-		boxfn = LookupFuncName(name, 1, argtypes, true);
-		if (!OidIsValid(boxfn) || get_func_rettype(boxfn) != BOXOID)
+		nsp = get_namespace_name(type_namespace(argtypes[0]));
+		boxfn = lookup_unary_function(nsp, "box", argtypes[0], &rettype);
+		if (!OidIsValid(boxfn) || rettype != BOXOID)
 			ereport(ERROR,
 					(errcode(ERRCODE_UNDEFINED_FUNCTION),
 					 errmsg("type %s has no function box(%s) returning box in its schema",
 							format_type_be(argtypes[0]), format_type_be(argtypes[0])),
 					 errdetail("amrtree takes the bounding box of such values from that function.")));
-		cache = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(Float4BboxCache));
+
+		/* the operators' box: postgis_getbbox(T), box3d(), box() */
+		chain[0] = lookup_unary_function(nsp, "postgis_getbbox", argtypes[0], &rettype);
+		if (OidIsValid(chain[0]))
+			chain[1] = lookup_unary_function(nsp, "box3d", rettype, &rettype);
+		if (OidIsValid(chain[1]))
+			chain[2] = lookup_unary_function(nsp, "box", rettype, &rettype);
+
+		cache = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(Float4BboxCache));
 		cache->argtype = argtypes[0];
 		fmgr_info_cxt(boxfn, &cache->box_fn, fcinfo->flinfo->fn_mcxt);
+		if (OidIsValid(chain[2]) && rettype == BOXOID)
+		{
+			cache->nchain = FLOAT4_BBOX_CHAIN;
+			for (i = 0; i < FLOAT4_BBOX_CHAIN; i++)
+				fmgr_info_cxt(chain[i], &cache->chain[i], fcinfo->flinfo->fn_mcxt);
+		}
 		fcinfo->flinfo->fn_extra = cache;
 	}
 
-	InitFunctionCallInfoData(*inner, &cache->box_fn, 1, PG_GET_COLLATION(), NULL, NULL);
-	inner->args[0] = fcinfo->args[0];
-	result = FunctionCallInvoke(inner);
-	if (inner->isnull)
-	{
-		b->low.x = b->low.y = b->high.x = b->high.y = get_float8_nan();
-		PG_RETURN_BOX_P(b);
-	}
-	*b = *DatumGetBoxP(result);
+	have_box = apply_unary_functions(&cache->box_fn, 1, PG_GET_COLLATION(),
+									 PG_GETARG_DATUM(0), &coords);
+	if (have_box && cache->nchain > 0)
+		have_box = apply_unary_functions(cache->chain, cache->nchain, PG_GET_COLLATION(),
+										 PG_GETARG_DATUM(0), b);
+	else
+		*b = coords;
 
 	/*
 	 * A NaN coordinate: PostGIS takes a float4 box whose xmin is NaN for an
@@ -386,14 +465,25 @@ amrtree_float4_bbox(PG_FUNCTION_ARGS)
 	 * operator itself.  Any NaN, not only xmin's, so as not to depend on
 	 * which side PostGIS looks at.
 	 */
-	if (isnan(b->low.x) || isnan(b->low.y) || isnan(b->high.x) || isnan(b->high.y))
+	if (!have_box || box_has_nan(b) || box_has_nan(&coords))
 	{
 		b->low.x = b->low.y = b->high.x = b->high.y = get_float8_nan();
 		PG_RETURN_BOX_P(b);
 	}
-	b->low.x = float4_floor(b->low.x);
-	b->low.y = float4_floor(b->low.y);
-	b->high.x = float4_ceil(b->high.x);
-	b->high.y = float4_ceil(b->high.y);
+	box_round_float4(b);
+
+	/*
+	 * A cached box that does not cover the coordinates (a stale one, see
+	 * above) is what the operators compare, but it is no bound of the
+	 * distance "<->" measures on the coordinates, nor of the coordinates' box
+	 * either.  Such a value gets the NaN key too: every operator and distance
+	 * is then decided on the row.  (PostGIS's GiST keeps the cached box and
+	 * fails "ORDER BY g <-> q" with "index returned tuples in wrong order"
+	 * when it meets such a row.)
+	 */
+	box_round_float4(&coords);
+	if (coords.low.x < b->low.x || coords.low.y < b->low.y ||
+		coords.high.x > b->high.x || coords.high.y > b->high.y)
+		b->low.x = b->low.y = b->high.x = b->high.y = get_float8_nan();
 	PG_RETURN_BOX_P(b);
 }
