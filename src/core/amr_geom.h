@@ -897,7 +897,12 @@ amr_fbox_box_lower_bound(const AmrFBox *m, const AmrBox *q)
 static inline double
 amr_lossy_lower_bound(double bound, const AmrFBox *m, const AmrBox *q)
 {
-	double		slack;
+	double		slack,
+				dx,
+				dy,
+				sx,
+				sy,
+				grown;
 
 	if (!(bound > 0.0))
 		return bound;
@@ -906,7 +911,32 @@ amr_lossy_lower_bound(double bound, const AmrFBox *m, const AmrBox *q)
 		 fmax(fabs((double) m->ylo), fabs((double) m->yhi)) +
 		 fmax(fabs(q->xlo), fabs(q->xhi)) +
 		 fmax(fabs(q->ylo), fabs(q->yhi)));
-	return bound > slack ? bound - slack : 0.0;
+	bound = bound > slack ? bound - slack : 0.0;
+
+	/*
+	 * dist_ppoly() is 0 when point_inside() puts the point on the polygon,
+	 * which its EPSILON comparisons (lseg_crossing) do for a point within
+	 * EPSILON of a vertex along both axes -- outside the polygon's box, so
+	 * the gap to the box is no bound -- and the closest point it takes on an
+	 * edge may lie up to EPSILON/2 beyond the edge's end
+	 * (lseg_contain_point's FPeq).  So the bound is also at most the distance
+	 * to m grown by the fuzz slack on every side: 0 within it. Growing a
+	 * larger box by its (larger) slack keeps a node's bound at most its
+	 * children's.
+	 */
+	dx = q->xhi < m->xlo ? (double) m->xlo - q->xhi :
+		(q->xlo > m->xhi ? q->xlo - (double) m->xhi : 0.0);
+	dy = q->yhi < m->ylo ? (double) m->ylo - q->yhi :
+		(q->ylo > m->yhi ? q->ylo - (double) m->yhi : 0.0);
+	sx = amr_fuzz_slack(fabs(q->xlo) + fabs(q->xhi), (double) m->xlo, (double) m->xhi);
+	sy = amr_fuzz_slack(fabs(q->ylo) + fabs(q->yhi), (double) m->ylo, (double) m->yhi);
+	dx = dx > sx ? dx - sx : 0.0;
+	dy = dy > sy ? dy - sy : 0.0;
+	if (dx == 0.0 || dy == 0.0)
+		grown = dx + dy;
+	else
+		grown = amr_pg_hypot(dx, dy) * (1.0 - AMR_2_POW_MINUS_48);
+	return grown < bound ? grown : bound;
 }
 
 #endif							/* AMR_GEOM_H */
