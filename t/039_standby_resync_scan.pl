@@ -22,19 +22,7 @@ use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
 use AmrTree;
 
 # no WAL may reach the disk behind the dying transaction's back
-my $primary = amr_node('primary', init => { allows_streaming => 1 }, conf => q{
-wal_writer_delay = 10s
-wal_writer_flush_after = 0
-wal_buffers = 4MB
-autovacuum = off
-amrtree.scan_interval = 1h
-amrtree.ssd_size = 16MB
-amrtree.budget_on_insert = strict
-});
-$primary->start;
-$primary->safe_psql('postgres', q{
-CREATE EXTENSION amrtree;
-CREATE TABLE filler (x int, pad text);});
+my $primary = amr_lost_wal_primary();
 $primary->backup('b');
 my $standby = amr_standby_own_pool($primary, 'b', 'standby');
 $standby->append_conf('postgresql.conf', q{

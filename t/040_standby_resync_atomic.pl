@@ -29,21 +29,8 @@ use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
 use AmrTree;
 
 # no WAL may reach the disk behind the dying transaction's back
-my $primary = amr_node('primary', init => { allows_streaming => 1 }, conf => q{
-wal_writer_delay = 10s
-wal_writer_flush_after = 0
-wal_buffers = 4MB
-wal_keep_size = 256MB
-autovacuum = off
-amrtree.scan_interval = 1h
-amrtree.ssd_size = 16MB
-amrtree.budget_on_insert = strict
-});
-$primary->start;
-$primary->safe_psql('postgres', q{
-CREATE EXTENSION amrtree;
-CREATE EXTENSION pg_walinspect;
-CREATE TABLE filler (x int, pad text);});
+my $primary = amr_lost_wal_primary(conf => "wal_keep_size = 256MB\n",
+	sql => 'CREATE EXTENSION pg_walinspect;');
 $primary->backup('b');
 my $standby = amr_standby_own_pool($primary, 'b', 'standby');
 $standby->start;

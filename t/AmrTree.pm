@@ -15,7 +15,7 @@ use Test::More;
 our @EXPORT = qw(amr_node amr_pool_path amr_forget_pool amr_standby_own_pool amr_load_porto amr_setup_parity
   amr_porto_windows amr_with_and_without_index amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server
   amr_wait_for_crash_restart amr_pool_header amr_setup_snapshot_checks amr_wait_for_index_use
-  amr_check_index_agrees);
+  amr_check_index_agrees amr_lost_wal_primary);
 
 my $tag = $ENV{AMR_POOL_TAG} || "amrtree-tap-$$-" . time();
 my $src = $ENV{AMR_SRC} || dirname(__FILE__) . '/..';
@@ -35,6 +35,29 @@ sub amr_forget_pool
 	unlink $path;
 	push @pools, $path;
 	return $path;
+}
+
+# A started primary that streams and lets no WAL reach the disk behind a
+# transaction's back (the WAL writer sleeps, no flush-after), so that a kill
+# of it loses the records of what an open transaction changed in the pool:
+# amrtree and a table "filler" (for pushing WAL out) created.  $conf and
+# $sql are added to its configuration and its setup.
+sub amr_lost_wal_primary
+{
+	my (%opts) = @_;
+	my $primary = amr_node('primary', init => { allows_streaming => 1 }, conf => q{
+wal_writer_delay = 10s
+wal_writer_flush_after = 0
+wal_buffers = 4MB
+autovacuum = off
+amrtree.scan_interval = 1h
+amrtree.ssd_size = 16MB
+amrtree.budget_on_insert = strict
+} . ($opts{conf} // ''));
+	$primary->start;
+	$primary->safe_psql('postgres',
+		'CREATE EXTENSION amrtree; CREATE TABLE filler (x int, pad text); ' . ($opts{sql} // ''));
+	return $primary;
 }
 
 # A streaming standby of $primary made from its backup $backup, with a pool
