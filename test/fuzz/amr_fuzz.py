@@ -388,7 +388,7 @@ class Fuzz:
                           crashes_injected=0, backend_kills=0, primary_kills=0,
                           standby_kills=0, unexpected_errors=0, expected_errors=0,
                           ddl=0, writes=0, checks_failed=0, lost_connections=0,
-                          plans_amrtree=0, plans_other=0, faults_fired=0)
+                          plans_amrtree=0, plans_other=0, faults_fired=0, orphans_ended=0)
         self.stop = threading.Event()
         self.failures = []
         self.paused = threading.Event()    # set while servers restart
@@ -398,6 +398,7 @@ class Fuzz:
         self.rebuilds = []                 # (start, end) of concurrent rebuilds on primary
         self.kills = []                    # times of our kills (for log triage)
         self.maxid = 0
+        self.orphans = set()               # gids of prepared xacts whose writer lost its session
         self.tag = 'h%dfz%d' % (os.getpid() % 1000, self.seed)
         self.ppool = None
         self.spool = None
@@ -622,6 +623,7 @@ class Fuzz:
 
     # writers ------------------------------------------------------------
     def writer(self, sess, rnd, name):
+        self.end_orphans(sess, name)
         g = Gen(rnd)
         t = rnd.choices(['f1', 'f2', 'f3'], [6, 2, 1])[0]
         k = rnd.random()
@@ -675,11 +677,21 @@ class Fuzz:
             sql = ("BEGIN; INSERT INTO %s (b, p, pg, c, v) VALUES %s; DELETE FROM %s WHERE id BETWEEN %d AND %d; "
                    "PREPARE TRANSACTION '%s';") % (
                 t, ','.join(g.row() for _ in range(rnd.randint(1, 40))), t, lo, lo + 10, gid)
-            rows, errs = self.x(sess, sql, name)
-            if errs:
-                sess.run('ROLLBACK;')
-            time.sleep(rnd.random() * 0.3)
-            self.x(sess, "%s PREPARED '%s';" % (rnd.choice(['COMMIT', 'COMMIT', 'ROLLBACK']), gid), name)
+            try:
+                rows, errs = self.x(sess, sql, name)
+                if errs:
+                    sess.run('ROLLBACK;')
+                time.sleep(rnd.random() * 0.3)
+                self.x(sess, "%s PREPARED '%s';" % (rnd.choice(['COMMIT', 'COMMIT', 'ROLLBACK']), gid), name)
+            except Lost:
+                # a kill took the session between PREPARE TRANSACTION and its
+                # end: the prepared transaction outlives the crash with its
+                # locks, and every DDL on the table would wait lock_timeout
+                # for it (and the writers and checkers queued behind that DDL
+                # with it) until the end of the run; the next writer ends it
+                with self.lock:
+                    self.orphans.add(gid)
+                raise
         elif k < 0.93:
             # a transaction that rolls back after many inserts
             sql = 'BEGIN; INSERT INTO %s (b, p, pg, c, v) VALUES %s; UPDATE %s SET b = %s WHERE id BETWEEN %d AND %d; ROLLBACK;' % (
@@ -691,6 +703,26 @@ class Fuzz:
             self.x(sess, sql, name)
         self.bump('writes')
         time.sleep(rnd.random() * self.a.write_sleep)
+
+    def end_orphans(self, sess, name):
+        """Commit or roll back the prepared transactions whose writer lost
+        its session to a kill (the gid may not exist: the PREPARE or its end
+        may have been cut off, or may have completed unanswered).  Chosen
+        from the gid, not from the writer's random stream, whose sequence
+        stays as the seed makes it."""
+        with self.lock:
+            orphans = sorted(self.orphans)
+            self.orphans = set()
+        for i, gid in enumerate(orphans):
+            end = 'ROLLBACK' if int(gid.rsplit('_', 1)[1]) % 3 == 0 else 'COMMIT'
+            try:
+                self.x(sess, "%s PREPARED '%s';" % (end, gid), name)
+            except Lost:
+                with self.lock:
+                    self.orphans.update(orphans[i:])
+                raise
+            self.bump('orphans_ended')
+            self.log('%s: %s PREPARED %s (its writer lost its session)' % (name, end, gid))
 
     # DDL -----------------------------------------------------------------
     def ddl(self, sess, rnd, name):
@@ -781,7 +813,9 @@ class Fuzz:
 
     def index_names(self, sess, port):
         rows, errs = sess.run("SELECT c.relname FROM pg_class c JOIN pg_am a ON a.oid = c.relam "
-                              "WHERE a.amname = 'amrtree' AND c.relkind = 'i' ORDER BY 1;")
+                              "WHERE a.amname = 'amrtree' AND c.relkind = 'i' "
+                              # other sessions' temporary indexes: not ours to read
+                              "AND c.relpersistence <> 't' ORDER BY 1;")
         return [r for r in rows if r] if not errs else []
 
     def check_indexes(self, sess, port, name):
