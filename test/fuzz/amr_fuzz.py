@@ -42,9 +42,9 @@ CONFIGS = {
                          'amrtree.ssd_cache_size': '1MB',
                          'amrtree.dram_leaf_cache': '64kB',
                      }),
-    # disk pool, no SSD tier, small pool and DRAM (64MB: the workload fills
-    # it in about ten minutes, so a run sees writes before and "pool is
-    # full" after; 32MB was full after four, and then most writes failed)
+    # disk pool, no SSD tier, small pool and DRAM (64MB: the workload filled
+    # 32MB after about four minutes, and most writes failed from then on;
+    # twice that lets a run see more writes before "pool is full")
     'disk-nossd': dict(pool='disk', pmem_size='64MB', ssd_size='0',
                        budget='unlimited', extra={
                            'amrtree.dram_size': '1MB',
