@@ -107,9 +107,9 @@ COMMIT;
 });
 PostgreSQL::Test::Utils::append_to_file("$dir/checkpoint.sql", "CHECKPOINT;\n");
 
-# Whether any round crashed while tables built without WAL existed: a round
-# can end with none (every client between its DROP and its COMMIT), all of
-# them cannot.
+# Whether the rounds crashed while tables built without WAL existed, asked
+# over all of them: one round can crash while every client is between its
+# DROP and its COMMIT, and then has none to check.
 my $skipped_seen = 0;
 for my $round (1 .. 4)
 {
