@@ -734,6 +734,20 @@ amr_fuzz_lowered(double bound, double dx, double dy, double slack_x, double slac
 }
 
 /*
+ * A lower bound of the distance PostgreSQL computes across gaps dx, dy along
+ * the axes: their hypotenuse, lowered for pg_hypot's rounding.
+ */
+static inline double
+amr_gap_distance(double dx, double dy)
+{
+	if (dx == 0.0 || dy == 0.0)
+		return dx + dy;			/* pg_hypot(v, 0) is exactly v */
+	if (fmax(dx, dy) < AMR_2_POW_MINUS_900)
+		return fmax(dx, dy);	/* no relative error bound near denormals */
+	return amr_pg_hypot(dx, dy) * (1.0 - AMR_2_POW_MINUS_48);
+}
+
+/*
  * The distance bound for gaps dx, dy along the axes (a float4 box's to the
  * query), allowing for PostgreSQL's fuzz: slack_x, slack_y are how much of
  * each gap the fuzz may absorb (amr_fuzz_lowered).
@@ -741,15 +755,7 @@ amr_fuzz_lowered(double bound, double dx, double dy, double slack_x, double slac
 static inline double
 amr_gap_lower_bound(double dx, double dy, double slack_x, double slack_y)
 {
-	double		bound;
-
-	if (dx == 0.0 || dy == 0.0)
-		bound = dx + dy;		/* pg_hypot(v, 0) is exactly v */
-	else if (fmax(dx, dy) < AMR_2_POW_MINUS_900)
-		bound = fmax(dx, dy);	/* no relative error bound near denormals */
-	else
-		bound = amr_pg_hypot(dx, dy) * (1.0 - AMR_2_POW_MINUS_48);
-	return amr_fuzz_lowered(bound, dx, dy, slack_x, slack_y);
+	return amr_fuzz_lowered(amr_gap_distance(dx, dy), dx, dy, slack_x, slack_y);
 }
 
 /*
@@ -829,6 +835,31 @@ amr_box_point_axis_bound(const AmrBox *b, const AmrPoint *q)
 }
 
 /*
+ * The gaps between the float4 box m and the box q along each axis, and how
+ * much of each PostgreSQL's fuzz may absorb (from the magnitudes of both of
+ * the query's edges).
+ */
+static inline void
+amr_fbox_box_gaps(const AmrFBox *m, const AmrBox *q, double *dx, double *dy,
+				  double *slack_x, double *slack_y)
+{
+	if (q->xhi < m->xlo)
+		*dx = (double) m->xlo - q->xhi;
+	else if (q->xlo > m->xhi)
+		*dx = q->xlo - (double) m->xhi;
+	else
+		*dx = 0.0;
+	if (q->yhi < m->ylo)
+		*dy = (double) m->ylo - q->yhi;
+	else if (q->ylo > m->yhi)
+		*dy = q->ylo - (double) m->yhi;
+	else
+		*dy = 0.0;
+	*slack_x = amr_fuzz_slack(fabs(q->xlo) + fabs(q->xhi), (double) m->xlo, (double) m->xhi);
+	*slack_y = amr_fuzz_slack(fabs(q->ylo) + fabs(q->yhi), (double) m->ylo, (double) m->yhi);
+}
+
+/*
  * A lower bound of the distance between any box inside m and any value
  * inside the box q: for a degenerate q exactly amr_fbox_point_lower_bound
  * (so point queries order as before), otherwise the gap between the boxes
@@ -852,22 +883,7 @@ amr_fbox_box_lower_bound(const AmrFBox *m, const AmrBox *q)
 	}
 	if (amr_box_has_nan(q))
 		return 0.0;
-	if (q->xhi < m->xlo)
-		dx = (double) m->xlo - q->xhi;
-	else if (q->xlo > m->xhi)
-		dx = q->xlo - (double) m->xhi;
-	else
-		dx = 0.0;
-	if (q->yhi < m->ylo)
-		dy = (double) m->ylo - q->yhi;
-	else if (q->ylo > m->yhi)
-		dy = q->ylo - (double) m->yhi;
-	else
-		dy = 0.0;
-
-	/* the magnitudes of both of the query's edges */
-	slack_y = amr_fuzz_slack(fabs(q->ylo) + fabs(q->yhi), (double) m->ylo, (double) m->yhi);
-	slack_x = amr_fuzz_slack(fabs(q->xlo) + fabs(q->xhi), (double) m->xlo, (double) m->xhi);
+	amr_fbox_box_gaps(m, q, &dx, &dy, &slack_x, &slack_y);
 	bound = amr_gap_lower_bound(dx, dy, slack_x, slack_y);
 	/* a gap smaller than the slack may be PostgreSQL's fuzz: no bound */
 	if (bound <= fmax(slack_x, slack_y))
@@ -901,8 +917,7 @@ amr_lossy_lower_bound(double bound, const AmrFBox *m, const AmrBox *q)
 				dx,
 				dy,
 				sx,
-				sy,
-				grown;
+				sy;
 
 	if (!(bound > 0.0))
 		return bound;
@@ -924,19 +939,10 @@ amr_lossy_lower_bound(double bound, const AmrFBox *m, const AmrBox *q)
 	 * larger box by its (larger) slack keeps a node's bound at most its
 	 * children's.
 	 */
-	dx = q->xhi < m->xlo ? (double) m->xlo - q->xhi :
-		(q->xlo > m->xhi ? q->xlo - (double) m->xhi : 0.0);
-	dy = q->yhi < m->ylo ? (double) m->ylo - q->yhi :
-		(q->ylo > m->yhi ? q->ylo - (double) m->yhi : 0.0);
-	sx = amr_fuzz_slack(fabs(q->xlo) + fabs(q->xhi), (double) m->xlo, (double) m->xhi);
-	sy = amr_fuzz_slack(fabs(q->ylo) + fabs(q->yhi), (double) m->ylo, (double) m->yhi);
+	amr_fbox_box_gaps(m, q, &dx, &dy, &sx, &sy);
 	dx = dx > sx ? dx - sx : 0.0;
 	dy = dy > sy ? dy - sy : 0.0;
-	if (dx == 0.0 || dy == 0.0)
-		grown = dx + dy;
-	else
-		grown = amr_pg_hypot(dx, dy) * (1.0 - AMR_2_POW_MINUS_48);
-	return grown < bound ? grown : bound;
+	return fmin(bound, amr_gap_distance(dx, dy));
 }
 
 #endif							/* AMR_GEOM_H */
