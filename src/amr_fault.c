@@ -64,6 +64,8 @@ static const char *const fault_points[] = {
 	"vacuum:before_mark_dead",
 	"vacuum:before_marks_stored",
 	"vacuum:after_mark_dead",
+	"vacuum:free_logged",
+	"vacuum:leaves_freed",
 	"promote:before_copy",
 	"promote:after_copy_persisted",
 	"promote:after_switch",

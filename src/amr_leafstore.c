@@ -775,6 +775,23 @@ amr_leaf_free(AmrTree *t, uint32 leaf_id)
 	amr_leaf_volatile_reset(&s->leaves[leaf_id]);
 }
 
+uint64
+amr_leaf_current_entries(uint32 leaf_id, uint64 word)
+{
+	AmrStore   *s = &amr_store;
+
+	if (AMR_WORD_TIER(word) == AMR_TIER_PMEM && AMR_WORD_SLOT(word) < s->pmem_nslots &&
+		!(s->leaves[leaf_id].flags & AMR_LEAF_VOLATILE_SUSPECT))
+	{
+		AmrLeaf    *leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
+
+		if (leaf->hdr.magic == AMR_LEAF_MAGIC && leaf->hdr.nentries <= AMR_LEAF_CAPACITY)
+			return amr_leaf_live_entries(leaf);
+		return 0;
+	}
+	return s->lt[leaf_id].entries;
+}
+
 /* ---- DRAM copies held by rule R6 ---- */
 
 bool

@@ -259,6 +259,14 @@ extern void amr_leaf_split_commit(Relation index, AmrTree *t, uint32 leaf_id, ui
  */
 extern void amr_leaf_free(AmrTree *t, uint32 leaf_id);
 
+/*
+ * Live entries of the image "word" names for leaf_id (leaf lock held): read
+ * from a PMEM image, else the Leaf Table's count, which is exact for SSD
+ * images (immutable) and a hint for a PMEM slot this server cannot own yet
+ * (AMR_LEAF_VOLATILE_SUSPECT).  A PMEM slot holding no leaf counts 0.
+ */
+extern uint64 amr_leaf_current_entries(uint32 leaf_id, uint64 word);
+
 /* ---- DRAM copies held by rule R6 ---- */
 
 /* Hold a DRAM copy of a leaf whose current image is "image" (leaf held exclusively). */

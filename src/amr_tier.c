@@ -113,8 +113,8 @@ release_tier_on_exit(int code, Datum arg)
  * errors out lets go in its transaction's abort (or, for the worker, in its
  * error handler), one that exits in before_shmem_exit.
  */
-static bool
-tier_trylock(AmrTree *t)
+bool
+amr_tier_trylock(AmrTree *t)
 {
 	uint32		expected = 0;
 
@@ -132,10 +132,10 @@ tier_trylock(AmrTree *t)
 void
 amr_tier_lock(AmrTree *t)
 {
-	if (tier_trylock(t))
+	if (amr_tier_trylock(t))
 		return;
 	ConditionVariablePrepareToSleep(&amr_shared->tier_cv);
-	while (!tier_trylock(t))
+	while (!amr_tier_trylock(t))
 		ConditionVariableSleep(&amr_shared->tier_cv, PG_WAIT_EXTENSION);
 	ConditionVariableCancelSleep();
 }
@@ -658,7 +658,7 @@ cycle_all(void)
 	{
 		AmrTree    *t = &amr_store.trees[tn];
 
-		if (per_tree[tn].c == NULL || !tier_trylock(t))
+		if (per_tree[tn].c == NULL || !amr_tier_trylock(t))
 			continue;			/* settle or a check is busy with it */
 		cycling_tree = (int) tn;
 		error_context.arg = &amr_store.tree_records[tn];

@@ -30,19 +30,49 @@
  * VACUUM_SSD_BATCH leaves with one submission and one sync before it
  * switches any of them (flush_ssd_rewrites).
  *
- * Empty leaves are kept, like GiST before version 13: their inner entries
- * keep a box that still attracts inserts in that region.  REINDEX reclaims
- * the space.
+ * Empty leaves are freed at the end of amrbulkdelete, as GiST deletes
+ * empty leaf pages since version 13, when at least one leaf in
+ * FREE_EMPTY_MIN_SHARE is empty and the index's AccessExclusiveLock can be
+ * had at once.  The lock is what makes freeing safe: every scan and insert
+ * holds a lock on the index for its whole transaction, so none is between
+ * collecting a leaf id and reading it, and none can meet the id reused; the
+ * tier manager, the one other reader of a tree, is kept out by the tree's
+ * tier lock.  On a hot standby the lock's own WAL record, which precedes
+ * ours, makes replay wait for (or cancel) the standby's queries on the
+ * index, and holds new ones off until VACUUM's transaction ends.  GiST
+ * instead waits until no snapshot could still reach a deleted page; amrtree
+ * lets a freed id be reused at once, so it takes the lock, as VACUUM does to
+ * truncate a table, and, like that truncation, gives up rather than wait:
+ * the leaves stay empty until a later VACUUM.  docs/design.md, "Freeing
+ * empty leaves".
  *
  *-------------------------------------------------------------------------
  */
 #include "amr_leafstore.h"
+#include "amr_wal.h"
 
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "commands/vacuum.h"
 #include "miscadmin.h"
+#include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/wait_event.h"
+
+/*
+ * VACUUM frees the empty leaves it found once they are at least one leaf in
+ * this many: each freeing packs the tree's inner nodes again (O(leaves)) and
+ * briefly locks the index against everything, on standbys too, so it is
+ * worth doing only for a share of the tree.
+ */
+#define FREE_EMPTY_MIN_SHARE	16
+
+/* Tries at the index's AccessExclusiveLock, this many ms apart. */
+#define FREE_LOCK_TRIES			10
+#define FREE_LOCK_WAIT_MS		50
+
 
 static void *
 vacuum_realloc(void *ptr, size_t size, void *arg)
@@ -216,6 +246,8 @@ typedef struct VacuumState
 	double		tuples_removed;
 	double		kept_total;
 	uint32		visited;
+	AmrLeafList empty;			/* leaves left empty (split halves maybe
+								 * twice) */
 } VacuumState;
 
 /*
@@ -322,6 +354,8 @@ leaf_done(VacuumState *vs, uint32 leaf_id, uint64 removed, uint64 kept)
 	vs->visited++;
 	vs->tuples_removed += removed;
 	vs->kept_total += kept;
+	if (kept == 0)
+		amr_leaf_list_push(&vs->empty, leaf_id, vacuum_realloc, NULL);
 }
 
 /*
@@ -501,6 +535,171 @@ vacuum_leaf(VacuumState *vs, uint32 leaf_id, uint32 pushed, bool may_defer)
 	}
 }
 
+static int
+leaf_id_cmp(const void *a, const void *b)
+{
+	uint32		x = *(const uint32 *) a;
+	uint32		y = *(const uint32 *) b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * The tree's tier lock and the index's AccessExclusiveLock, both or
+ * neither, trying a few times without waiting in a lock queue (see the file
+ * header).  On a hot standby a waiting lock would hold up replay.
+ */
+static bool
+lock_tree_alone(Relation index, AmrTree *t)
+{
+	int			attempt;
+
+	for (attempt = 0;; attempt++)
+	{
+		if (amr_tier_trylock(t))
+		{
+			if (ConditionalLockRelation(index, AccessExclusiveLock))
+				return true;
+			amr_tier_unlock();
+		}
+		if (attempt == FREE_LOCK_TRIES - 1)
+			return false;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 FREE_LOCK_WAIT_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * Free those of the n leaves in ids (sorted, distinct) that are still
+ * empty, under the locks of lock_tree_alone.  The record is flushed before
+ * the pool changes, so a crash cannot leave a standby with leaves the
+ * primary no longer has; the inner nodes are then packed from the Leaf
+ * Table, as at a restart.  Returns how many were freed.
+ */
+static uint32
+free_leaves(Relation index, AmrTree *t, uint32 *ids, uint32 n)
+{
+	AmrStore   *s = &amr_store;
+	uint32		nfree = 0;
+	uint32		i;
+
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+	for (i = 0; i < n; i++)
+	{
+		uint32		id = ids[i];
+		uint64		word;
+
+		LWLockAcquire(amr_leaf_lock(id), LW_SHARED);
+		word = amr_lt_word(s, id);
+		if (amr_lt_owned_by(s, id, word, t->tree_no, t->generation) &&
+			!(s->leaves[id].flags & AMR_LEAF_VOLATILE_SUSPECT) &&
+			amr_leaf_current_entries(id, word) == 0)
+			ids[nfree++] = id;
+		LWLockRelease(amr_leaf_lock(id));
+	}
+	if (nfree > 0)
+	{
+		bool		logged = amr_wal_wanted(t, index);
+
+		START_CRIT_SECTION();
+		if (logged)
+		{
+			amr_wal_hold_checkpoint();
+			XLogFlush(amr_wal_free_leaves(t, ids, nfree));
+		}
+		AMR_FAULT_POINT("vacuum:free_logged");
+		amr_persist_batch_begin();
+		for (i = 0; i < nfree; i++)
+		{
+			LWLockAcquire(amr_leaf_lock(ids[i]), LW_EXCLUSIVE);
+			amr_leaf_free(t, ids[i]);
+			LWLockRelease(amr_leaf_lock(ids[i]));
+		}
+		amr_persist_batch_end();
+		/* if the packing below fails, the tree's next use packs */
+		t->inner_stale = 1;
+		if (logged)
+			amr_wal_release_checkpoint();
+		END_CRIT_SECTION();
+		AMR_FAULT_POINT("vacuum:leaves_freed");
+		amr_tree_rebuild_inner(t);
+	}
+	LWLockRelease(amr_tree_lock(t));
+	LWLockRelease(&amr_shared->publish_lock);
+	return nfree;
+}
+
+/*
+ * Free the empty leaves amrbulkdelete found, if they are a large enough
+ * share of the tree and the index can be locked at once.  Adds them to the
+ * statistics' deleted pages.  Done here and not in amvacuumcleanup, as GiST
+ * does since version 13: a parallel VACUUM hands amvacuumcleanup a copy of
+ * IndexBulkDeleteResult, so nothing of ours would reach it.
+ */
+static void
+free_empty_leaves(IndexVacuumInfo *info, AmrTree *t, AmrLeafList *empty,
+				  IndexBulkDeleteResult *stats)
+{
+	uint32		n = 0;
+	uint32		i;
+	uint32		nfree;
+
+	if (empty->n == 0 || !amr_free_empty_leaves(info->index))
+		return;
+	qsort(empty->ids, empty->n, sizeof(uint32), leaf_id_cmp);
+	for (i = 0; i < empty->n; i++)
+		if (n == 0 || empty->ids[n - 1] != empty->ids[i])
+			empty->ids[n++] = empty->ids[i];
+	empty->n = n;
+	if ((uint64) n * FREE_EMPTY_MIN_SHARE < amr_counter_read(&t->nleaves))
+		return;
+
+	/*
+	 * The lock's WAL record needs a transaction id, which a parallel VACUUM's
+	 * leader cannot take: those leaves wait for the next VACUUM (autovacuum
+	 * is never parallel).
+	 */
+	if (IsInParallelMode())
+	{
+		ereport(info->message_level,
+				(errmsg("amrtree index \"%s\": %u empty leaves left for a VACUUM without parallel workers",
+						RelationGetRelationName(info->index), n)));
+		return;
+	}
+	if (!lock_tree_alone(info->index, t))
+	{
+		ereport(info->message_level,
+				(errmsg("amrtree index \"%s\": %u empty leaves not freed: the index is in use",
+						RelationGetRelationName(info->index), n)));
+		return;
+	}
+	PG_TRY();
+	{
+		nfree = free_leaves(info->index, t, empty->ids, n);
+	}
+	PG_FINALLY();
+	{
+		amr_tier_unlock();
+	}
+	PG_END_TRY();
+
+	/*
+	 * Nothing else needs the lock: as VACUUM's truncation of a table, let the
+	 * index's users go on at once.  A standby holds it until this transaction
+	 * ends.
+	 */
+	UnlockRelation(info->index, AccessExclusiveLock);
+	stats->pages_newly_deleted += nfree;
+	stats->pages_deleted += nfree;
+	stats->pages_free += nfree;
+	ereport(info->message_level,
+			(errmsg("amrtree index \"%s\": freed %u empty leaves",
+					RelationGetRelationName(info->index), nfree)));
+}
+
 IndexBulkDeleteResult *
 amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 			  IndexBulkDeleteCallback callback, void *callback_state)
@@ -563,10 +762,14 @@ amrbulkdelete(IndexVacuumInfo *info, IndexBulkDeleteResult *stats,
 
 	stats->tuples_removed += vs->tuples_removed;
 	stats->num_index_tuples = vs->kept_total;
-	stats->num_pages = vs->visited + 1;
 	stats->estimated_count = false;
+	free_empty_leaves(info, t, &vs->empty, stats);
+	/* as GiST's, the total counts what this VACUUM freed */
+	stats->num_pages = (BlockNumber) amr_counter_read(&t->nleaves) + 1 + stats->pages_free;
 	if (vs->list.ids)
 		pfree(vs->list.ids);
+	if (vs->empty.ids)
+		pfree(vs->empty.ids);
 	return stats;
 }
 

@@ -325,6 +325,19 @@ amr_wal_split(const AmrTree *t, uint32 leaf_id, uint32 right_leaf,
 	return end;
 }
 
+XLogRecPtr
+amr_wal_free_leaves(const AmrTree *t, const uint32 *leaf_ids, uint32 n)
+{
+	xl_amr_free_leaves xlrec;
+
+	tree_ref(&amr_store.tree_records[t->tree_no], &xlrec.tree);
+	xlrec.nleaves = n;
+	XLogBeginInsert();
+	XLogRegisterData((char *) &xlrec, sizeof(xlrec));
+	XLogRegisterData((char *) leaf_ids, n * sizeof(uint32));
+	return amr_xlog_insert(XLOG_AMR_FREE_LEAVES);
+}
+
 /* ---- describing ---- */
 
 static const char *const image_kind_names[AMR_IMAGE_KIND_COUNT] = {
@@ -350,6 +363,8 @@ amr_identify(uint8 info)
 			return "MARK_DEAD";
 		case XLOG_AMR_SPLIT:
 			return "SPLIT";
+		case XLOG_AMR_FREE_LEAVES:
+			return "FREE_LEAVES";
 	}
 	return NULL;
 }
@@ -434,6 +449,24 @@ amr_desc(StringInfo buf, XLogReaderState *record)
 				appendStringInfo(buf, "; leaf %u v%u (%u entries) -> right leaf %u v%u (%u entries)",
 								 x->leaf_id, x->left_version, x->nleft, x->right_leaf,
 								 x->right_version, x->nright);
+			}
+			break;
+		case XLOG_AMR_FREE_LEAVES:
+			if (len >= sizeof(xl_amr_free_leaves))
+			{
+				xl_amr_free_leaves *x = (xl_amr_free_leaves *) rec;
+				uint32		i;
+
+				desc_tree(buf, &x->tree);
+				appendStringInfo(buf, "; %u leaves:", x->nleaves);
+				for (i = 0; i < x->nleaves &&
+					 sizeof(xl_amr_free_leaves) + (i + 1) * sizeof(uint32) <= len; i++)
+				{
+					uint32		id;
+
+					memcpy(&id, rec + sizeof(xl_amr_free_leaves) + i * sizeof(uint32), sizeof(id));
+					appendStringInfo(buf, " %u", id);
+				}
 			}
 			break;
 	}

@@ -29,6 +29,7 @@
 #define XLOG_AMR_APPEND			0x40	/* one entry into one position */
 #define XLOG_AMR_MARK_DEAD		0x50	/* entries marked dead in place */
 #define XLOG_AMR_SPLIT			0x60	/* a leaf split in two */
+#define XLOG_AMR_FREE_LEAVES	0x70	/* empty leaves freed by VACUUM */
 
 /* Why whole images were logged; replay treats them all alike. */
 typedef enum AmrImageKind
@@ -163,6 +164,18 @@ typedef struct xl_amr_split
 	uint16		reserved;
 } xl_amr_split;
 
+/*
+ * XLOG_AMR_FREE_LEAVES: this, then nleaves uint32 leaf ids.  VACUUM logs it
+ * holding the index's AccessExclusiveLock, whose own record (logged when it
+ * was taken) keeps a hot standby's queries out of the index while this is
+ * replayed: see amr_vacuum.c.
+ */
+typedef struct xl_amr_free_leaves
+{
+	xl_amr_tree tree;
+	uint32		nleaves;
+} xl_amr_free_leaves;
+
 /* ---- writing (amr_wal.c) ---- */
 
 /*
@@ -238,6 +251,9 @@ extern XLogRecPtr amr_wal_mark_dead(const AmrTree *t, uint32 leaf_id, uint32 ver
 /* Log a split of leaf_id into left and right (right_leaf).  Returns the end. */
 extern XLogRecPtr amr_wal_split(const AmrTree *t, uint32 leaf_id, uint32 right_leaf,
 								const AmrLeaf *left, const AmrLeaf *right);
+
+/* Log that n empty leaves of tree t are freed.  Returns the record's end. */
+extern XLogRecPtr amr_wal_free_leaves(const AmrTree *t, const uint32 *leaf_ids, uint32 n);
 
 /*
  * Between logging a change and making it in the pool, a checkpoint must

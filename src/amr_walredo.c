@@ -265,24 +265,6 @@ image_box(const AmrLeaf *img)
 	return (img->hdr.flags & AMR_LEAF_FLAG_NULLS) ? amr_fbox_empty() : amr_leaf_image_mbr(img);
 }
 
-/* Live entries of the current image of a leaf (leaf held). */
-static uint64
-current_entries(uint32 leaf_id, uint64 word)
-{
-	AmrStore   *s = &amr_store;
-
-	if (AMR_WORD_TIER(word) == AMR_TIER_PMEM && AMR_WORD_SLOT(word) < s->pmem_nslots &&
-		!(s->leaves[leaf_id].flags & AMR_LEAF_VOLATILE_SUSPECT))
-	{
-		AmrLeaf    *leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
-
-		if (leaf->hdr.magic == AMR_LEAF_MAGIC && leaf->hdr.nentries <= AMR_LEAF_CAPACITY)
-			return amr_leaf_live_entries(leaf);
-		return 0;
-	}
-	return s->lt[leaf_id].entries;
-}
-
 /*
  * Take a slot for a new image on the tier this server's budget wants, else
  * the other.  Returns false (the tree is then broken) if there is none.
@@ -391,7 +373,7 @@ replace_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *img)
 	widen_above(t, leaf_id, nulls, &old_box, &box);
 	LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
 	AMR_FAULT_POINT("redo:before_switch");
-	before = current_entries(leaf_id, word);
+	before = amr_leaf_current_entries(leaf_id, word);
 	/* a suspect leaf's old slot is not its to give: the store keeps it */
 	(void) amr_leaf_switch(NULL, t, leaf_id, tier, slot, &box, img, false, AMR_LOG_NONE);
 	LWLockRelease(amr_leaf_lock(leaf_id));
@@ -1087,6 +1069,69 @@ redo_mark_dead(XLogReaderState *record)
 }
 
 /*
+ * Empty leaves VACUUM freed.  The primary held the index's
+ * AccessExclusiveLock, and a hot standby's startup process holds it too
+ * (its record came first), so no standby scan is in the tree.  A leaf that
+ * is not empty here is kept: over a pool that is ahead (crash recovery) its
+ * id was reused by a later change, and on a server whose pool disagrees
+ * with the primary's, freeing it would drop entries.  The inner nodes are
+ * packed again at the tree's first use.
+ */
+static void
+redo_free_leaves(XLogReaderState *record)
+{
+	AmrStore   *s = &amr_store;
+	xl_amr_free_leaves *x = (xl_amr_free_leaves *) XLogRecGetData(record);
+	const char *ids = (const char *) x + sizeof(xl_amr_free_leaves);
+	AmrTree    *t = redo_tree(&x->tree);
+	uint32		freed = 0;
+	uint32		i;
+
+	if (t == NULL ||
+		XLogRecGetDataLen(record) < sizeof(xl_amr_free_leaves) + (Size) x->nleaves * sizeof(uint32))
+		return;
+	/* none expected (see above); waited for with no lock held, as elsewhere */
+	for (i = 0; i < x->nleaves && amr_sync_read(&t->pinned) > 0; i++)
+	{
+		uint32		leaf_id;
+
+		memcpy(&leaf_id, ids + (Size) i * sizeof(uint32), sizeof(uint32));
+		if (leaf_id < s->lt_capacity)
+			amr_redo_wait_for_unpin(t, leaf_id);
+	}
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
+	for (i = 0; i < x->nleaves; i++)
+	{
+		uint32		leaf_id;
+		uint64		word;
+
+		memcpy(&leaf_id, ids + (Size) i * sizeof(uint32), sizeof(uint32));
+		if (leaf_id >= s->lt_capacity)
+			continue;
+		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
+		word = amr_lt_word(s, leaf_id);
+		if (amr_lt_owned_by(s, leaf_id, word, t->tree_no, t->generation))
+		{
+			if (amr_leaf_current_entries(leaf_id, word) == 0)
+			{
+				amr_leaf_free(t, leaf_id);
+				freed++;
+			}
+			else
+				ereport(DEBUG1,
+						(errmsg_internal("amrtree: WAL replay keeps leaf %u of tree %u, which VACUUM freed as empty: it holds entries here",
+										 leaf_id, t->tree_no)));
+		}
+		LWLockRelease(amr_leaf_lock(leaf_id));
+	}
+	if (freed > 0)
+		t->inner_stale = 1;
+	LWLockRelease(amr_tree_lock(t));
+	LWLockRelease(&amr_shared->publish_lock);
+}
+
+/*
  * A split in the Leaf Table only, for a tree whose inner nodes wait for
  * their first use: what amr_split_commit does, but the inner nodes.  The
  * right half goes in first, recording its origin (see amr_ops.c); the right
@@ -1205,7 +1250,7 @@ redo_split(XLogReaderState *record)
 		amr_path_enlarge(s, &path, &both);
 	LWLockAcquire(amr_leaf_lock(x->leaf_id), LW_EXCLUSIVE);
 	AMR_FAULT_POINT("redo:before_split");
-	before = current_entries(x->leaf_id, word);
+	before = amr_leaf_current_entries(x->leaf_id, word);
 	{
 		bool		suspect = (s->leaves[x->leaf_id].flags & AMR_LEAF_VOLATILE_SUSPECT) != 0;
 
@@ -1367,6 +1412,9 @@ amr_redo(XLogReaderState *record)
 				break;
 			case XLOG_AMR_SPLIT:
 				redo_split(record);
+				break;
+			case XLOG_AMR_FREE_LEAVES:
+				redo_free_leaves(record);
 				break;
 			default:
 				ereport(WARNING,

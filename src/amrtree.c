@@ -353,6 +353,9 @@ _PG_init(void)
 	add_bool_reloption(amr_relopt_kind, "tiering",
 					   "Move leaves between PMEM and SSD by hotness and budget (off: everything stays on PMEM)",
 					   AMR_TIERING_DEFAULT, ShareUpdateExclusiveLock);
+	add_bool_reloption(amr_relopt_kind, "free_empty_leaves",
+					   "VACUUM frees the leaves it empties when it can lock the index at once",
+					   AMR_FREE_EMPTY_LEAVES_DEFAULT, ShareUpdateExclusiveLock);
 	add_int_reloption(amr_relopt_kind, "fillfactor",
 					  "Packs every index leaf of a build to this percentage",
 					  AMR_FILLFACTOR_DEFAULT, AMR_FILLFACTOR_MIN, AMR_FILLFACTOR_MAX,
@@ -540,7 +543,8 @@ amroptions(Datum reloptions, bool validate)
 		{"pmem_budget", RELOPT_TYPE_STRING, offsetof(AmrOptions, pmem_budget_offset)},
 		{"tiering", RELOPT_TYPE_BOOL, offsetof(AmrOptions, tiering)},
 		{"fillfactor", RELOPT_TYPE_INT, offsetof(AmrOptions, fillfactor)},
-		{"buffering", RELOPT_TYPE_ENUM, offsetof(AmrOptions, buffering)}
+		{"buffering", RELOPT_TYPE_ENUM, offsetof(AmrOptions, buffering)},
+		{"free_empty_leaves", RELOPT_TYPE_BOOL, offsetof(AmrOptions, free_empty_leaves)}
 	};
 
 	return (bytea *) build_reloptions(reloptions, validate,
@@ -555,6 +559,14 @@ amr_build_leaf_fill(Relation index)
 	int			fillfactor = o ? o->fillfactor : AMR_FILLFACTOR_DEFAULT;
 
 	return Max(1, (int) (AMR_LEAF_CAPACITY * fillfactor / 100));
+}
+
+bool
+amr_free_empty_leaves(Relation index)
+{
+	AmrOptions *o = (AmrOptions *) index->rd_options;
+
+	return o ? o->free_empty_leaves : AMR_FREE_EMPTY_LEAVES_DEFAULT;
 }
 
 /* ---- keys ---- */

@@ -102,18 +102,22 @@
 #define AMR_CACHE_MAX_KB				(INT_MAX / 2)
 
 /*
- * Reloptions: pmem_budget (a string, see amr_parse_budget) and tiering; and
- * GiST's fillfactor (the same range and default) and buffering (accepted so
+ * Reloptions: pmem_budget (a string, see amr_parse_budget), tiering and
+ * free_empty_leaves; and GiST's fillfactor (the same range and default) and buffering (accepted so
  * that GiST's DDL runs unchanged; amrtree always builds by sorting).
  */
 #define AMR_PMEM_BUDGET_DEFAULT			"unlimited"
 #define AMR_TIERING_DEFAULT				true
+#define AMR_FREE_EMPTY_LEAVES_DEFAULT	true
 #define AMR_FILLFACTOR_DEFAULT			90
 #define AMR_FILLFACTOR_MIN				10
 #define AMR_FILLFACTOR_MAX				100
 
 /* How full a build packs leaves, in entries, from the index's fillfactor. */
 extern int	amr_build_leaf_fill(Relation index);
+
+/* The index's free_empty_leaves option (see amr_vacuum.c). */
+extern bool amr_free_empty_leaves(Relation index);
 
 extern int	amr_dram_size_kb;
 extern char *amr_pmem_path;
@@ -153,6 +157,7 @@ typedef struct AmrOptions
 	bool		tiering;
 	int			fillfactor;		/* how full a build packs leaves, percent */
 	int			buffering;		/* GiST's option, accepted, no effect */
+	bool		free_empty_leaves;	/* VACUUM frees the leaves it empties */
 } AmrOptions;
 
 /* pmem_budget parsed: kind and value (fraction or bytes) */
@@ -588,6 +593,9 @@ extern void amr_pins_shmem_attach(char *base, bool init);
 /* ---- tier manager (amr_tier.c) ---- */
 /* Take the tier lock of a tree (interruptible wait); see amr_tier.c. */
 extern void amr_tier_lock(AmrTree *t);
+
+/* Take the tier lock of a tree if no one holds it; returns whether it did. */
+extern bool amr_tier_trylock(AmrTree *t);
 
 /* Release the tier lock this process holds, if any (also in abort paths). */
 extern void amr_tier_unlock(void);

@@ -1,0 +1,189 @@
+# VACUUM frees the leaves it empties (amr_vacuum.c, free_empty_leaves).
+#
+# (a) A sliding window: each step adds 2,000 boxes further along x and
+#     deletes those that fell out of an 11-step window, then VACUUM.  The
+#     index must stay the same size: before this change every step left
+#     about 35 empty leaves behind (the index grew without bound while GiST
+#     stayed at 290 pages).  Every few steps, index, bitmap and sequential
+#     scans must agree on the primary, and at the end on a hot standby that
+#     replayed the frees, whose leaf count must equal the primary's.
+# (b) An open cursor on the index keeps VACUUM from freeing (it cannot take
+#     the index's lock at once, and must not wait for it); the cursor still
+#     returns its rows, and the next VACUUM frees them.
+# (c) free_empty_leaves = off keeps them.
+# (d) Crashes right after the FREE_LEAVES record is flushed (recovery
+#     replays it) and right after the leaves are freed (before the inner
+#     nodes are packed again): the index agrees with sequential scans and
+#     amrtree_check passes, on the primary and on the standby.
+#
+# The primary's pool is the default one, a file in the data directory
+# written back; the standby's is on /dev/shm.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
+use AmrTree;
+
+my $primary = amr_node('freep', pool => undef, init => { allows_streaming => 1 }, conf => q{
+autovacuum = off
+restart_after_crash = on
+amrtree.scan_interval = 200ms
+});
+$primary->start;
+$primary->safe_psql('postgres', 'CREATE EXTENSION amrtree');
+$primary->backup('b');
+my $standby = amr_standby_own_pool($primary, 'b', 'frees');
+$standby->append_conf('postgresql.conf', "max_standby_streaming_delay = -1\n");
+$standby->start;
+
+# step s covers x in [s, s + 1): 2,000 small boxes
+$primary->safe_psql('postgres', q{
+CREATE TABLE w (id bigserial PRIMARY KEY, step int, b box);
+CREATE FUNCTION add_step(s int) RETURNS void LANGUAGE sql AS $$
+  INSERT INTO w (step, b)
+  SELECT s, box(point(x, y), point(x + random() * 0.002, y + random() * 0.002))
+  FROM (SELECT s + random() AS x, random() AS y FROM generate_series(1, 2000)) g
+$$;
+SELECT setseed(0.46);
+SELECT add_step(s) FROM generate_series(0, 10) s;
+CREATE INDEX w_b ON w USING amrtree (b);
+-- windows across the live range; 0 rows where no step is left
+CREATE FUNCTION parity(lo int, hi int) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+  bad int := 0;
+  q box;
+  op text;
+  a bigint[];
+  c bigint[];
+  d bigint[];
+BEGIN
+  FOR i IN 0 .. 39 LOOP
+    q := box(point(lo + (hi - lo + 1) * i / 40.0, (i % 7) / 7.0),
+             point(lo + (hi - lo + 1) * i / 40.0 + 0.03 + (i % 3) * 0.2, (i % 7) / 7.0 + 0.1 + (i % 4) * 0.25));
+    FOREACH op IN ARRAY ARRAY['&&', '@>', '<@'] LOOP
+      SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off;
+      EXECUTE format('SELECT array_agg(id ORDER BY id) FROM w WHERE b %s $1', op) INTO a USING q;
+      SET LOCAL enable_indexscan = off; SET LOCAL enable_indexonlyscan = off;
+      SET LOCAL enable_bitmapscan = on;
+      EXECUTE format('SELECT array_agg(id ORDER BY id) FROM w WHERE b %s $1', op) INTO c USING q;
+      SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = on;
+      EXECUTE format('SELECT array_agg(id ORDER BY id) FROM w WHERE b %s $1', op) INTO d USING q;
+      RESET enable_seqscan; RESET enable_bitmapscan; RESET enable_indexscan; RESET enable_indexonlyscan;
+      IF a IS DISTINCT FROM d OR c IS DISTINCT FROM d THEN
+        bad := bad + 1;
+      END IF;
+    END LOOP;
+  END LOOP;
+  RETURN bad;
+END $$;
+});
+
+sub leaves
+{
+	my ($node) = @_;
+	return $node->safe_psql('postgres', q{SELECT leaves FROM amrtree_index_stats('w_b')});
+}
+
+# leaves VACUUM VERBOSE says it freed ("newly deleted")
+sub freed
+{
+	my ($err) = @_;
+	return $err =~ /index "w_b": pages: \d+ in total, (\d+) newly deleted/ ? $1 : 'none';
+}
+
+sub step
+{
+	my ($s) = @_;
+	$primary->safe_psql('postgres', "SELECT add_step($s); DELETE FROM w WHERE step <= $s - 11");
+	$primary->safe_psql('postgres', 'VACUUM (INDEX_CLEANUP on) w');
+}
+
+sub check_node
+{
+	my ($node, $lo, $hi, $what) = @_;
+	is($node->safe_psql('postgres', "SELECT parity($lo, $hi)"), '0', "$what: index and bitmap scans agree with a sequential scan");
+	is($node->safe_psql('postgres', q{SELECT amrtree_check('w_b')}), 't', "$what: amrtree_check");
+}
+
+# (a) the sliding window
+my ($at15, $s);
+for $s (11 .. 60)
+{
+	step($s);
+	$at15 = leaves($primary) if $s == 15;
+	check_node($primary, $s - 11, $s, "step $s") if $s % 15 == 0;
+}
+my $at60 = leaves($primary);
+note "leaves: $at15 at step 15, $at60 at step 60";
+cmp_ok($at60, '<=', int($at15 * 1.25), 'the index does not grow as the window slides');
+is($primary->safe_psql('postgres', 'SELECT count(*) FROM w'),
+	$primary->safe_psql('postgres', q{SELECT entries FROM amrtree_index_stats('w_b')}),
+	'entries equal the rows');
+$primary->wait_for_catchup($standby);
+check_node($standby, 49, 60, 'standby after the window');
+is(leaves($standby), leaves($primary), 'the standby freed the same leaves');
+
+# (b) an open cursor: VACUUM neither frees nor waits
+my $cur = $primary->background_psql('postgres');
+$cur->query_safe(q{BEGIN; SET enable_seqscan = off; SET enable_bitmapscan = off;
+DECLARE c CURSOR FOR SELECT id FROM w WHERE b && box(point(50, 0), point(60, 1)) ORDER BY id});
+my $expected = $primary->safe_psql('postgres',
+	q{SELECT count(*) FROM w WHERE b && box(point(50, 0), point(60, 1))});
+my $before = leaves($primary);
+$primary->safe_psql('postgres', 'DELETE FROM w WHERE step BETWEEN 50 AND 57');
+my ($ret, $out, $err) = $primary->psql('postgres', 'VACUUM (VERBOSE, INDEX_CLEANUP on) w', timeout => 60);
+is($ret, 0, 'VACUUM with the index in use ends');
+is(freed($err), '0', 'and frees nothing');
+is(leaves($primary), $before, 'the empty leaves stay while the cursor is open');
+my @rows = grep { length } split /\n/, $cur->query_safe('FETCH ALL FROM c');
+is(scalar @rows, $expected, 'the cursor returns its rows');
+$cur->query_safe('COMMIT');
+$cur->quit;
+$primary->safe_psql('postgres', 'DELETE FROM w WHERE step = 58');
+($ret, $out, $err) = $primary->psql('postgres', 'VACUUM (VERBOSE, INDEX_CLEANUP on) w');
+cmp_ok(freed($err), '>', 0, 'the next VACUUM frees them');
+cmp_ok(leaves($primary), '<', $before, 'fewer leaves');
+check_node($primary, 49, 61, 'after the cursor');
+
+# (c) the option
+$primary->safe_psql('postgres', 'ALTER INDEX w_b SET (free_empty_leaves = off)');
+$primary->safe_psql('postgres', 'SELECT add_step(61), add_step(62), add_step(63)');
+$before = leaves($primary);
+$primary->safe_psql('postgres', 'DELETE FROM w WHERE step BETWEEN 59 AND 62');
+($ret, $out, $err) = $primary->psql('postgres', 'VACUUM (VERBOSE, INDEX_CLEANUP on) w');
+is(freed($err), '0', 'free_empty_leaves = off: nothing freed');
+cmp_ok(leaves($primary), '>=', $before, 'the leaves stay');
+$primary->safe_psql('postgres', 'ALTER INDEX w_b RESET (free_empty_leaves)');
+
+# (d) crashes inside the freeing
+my $round = 0;
+for my $point ('vacuum:free_logged', 'vacuum:leaves_freed')
+{
+	$round++;
+	my $base = 64 + $round * 10;
+	$primary->safe_psql('postgres',
+		"SELECT add_step(s) FROM generate_series($base, $base + 3) s");
+	$primary->safe_psql('postgres', "DELETE FROM w WHERE step < $base + 3");
+	$primary->safe_psql('postgres', "ALTER SYSTEM SET amrtree.fault_injection = '$point'; SELECT pg_reload_conf()");
+	$before = leaves($primary);
+	my $log_at = -s $primary->logfile;
+	$primary->psql('postgres', 'VACUUM (INDEX_CLEANUP on) w');
+	amr_wait_for_crash_restart($primary, $log_at);
+	ok(-e $primary->data_dir . '/amrtree_fault_fired', "$point: the fault fired");
+	unlink $primary->data_dir . '/amrtree_fault_fired';
+	$primary->safe_psql('postgres', 'ALTER SYSTEM RESET amrtree.fault_injection; SELECT pg_reload_conf()');
+	cmp_ok(leaves($primary), '<', $before, "$point: the leaves are freed after recovery");
+	check_node($primary, $base, $base + 3, "$point: primary after recovery");
+	$primary->safe_psql('postgres', "SELECT add_step($base + 4); DELETE FROM w WHERE step = $base");
+	$primary->safe_psql('postgres', 'VACUUM (INDEX_CLEANUP on) w');
+	check_node($primary, $base, $base + 4, "$point: primary, written and vacuumed after recovery");
+	$primary->wait_for_catchup($standby);
+	check_node($standby, $base, $base + 4, "$point: standby");
+	is(leaves($standby), leaves($primary), "$point: the standby has the primary's leaves");
+}
+
+$standby->stop;
+$primary->stop;
+done_testing();
