@@ -603,12 +603,22 @@ free_leaves(Relation index, AmrTree *t, uint32 *ids, uint32 n)
 	if (nfree > 0)
 	{
 		bool		logged = amr_wal_wanted(t, index);
+		xl_amr_freed_leaf *logged_leaves = NULL;
 
+		if (logged)
+		{
+			logged_leaves = palloc(sizeof(xl_amr_freed_leaf) * nfree);
+			for (i = 0; i < nfree; i++)
+			{
+				logged_leaves[i].leaf_id = ids[i];
+				logged_leaves[i].version = AMR_WORD_VERSION(amr_lt_word(s, ids[i]));
+			}
+		}
 		START_CRIT_SECTION();
 		if (logged)
 		{
 			amr_wal_hold_checkpoint();
-			XLogFlush(amr_wal_free_leaves(t, ids, nfree));
+			XLogFlush(amr_wal_free_leaves(t, logged_leaves, nfree));
 		}
 		AMR_FAULT_POINT("vacuum:free_logged");
 		amr_persist_batch_begin();
@@ -624,6 +634,8 @@ free_leaves(Relation index, AmrTree *t, uint32 *ids, uint32 n)
 		if (logged)
 			amr_wal_release_checkpoint();
 		END_CRIT_SECTION();
+		if (logged_leaves)
+			pfree(logged_leaves);
 		AMR_FAULT_POINT("vacuum:leaves_freed");
 		amr_tree_rebuild_inner(t);
 	}

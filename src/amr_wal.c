@@ -326,7 +326,7 @@ amr_wal_split(const AmrTree *t, uint32 leaf_id, uint32 right_leaf,
 }
 
 XLogRecPtr
-amr_wal_free_leaves(const AmrTree *t, const uint32 *leaf_ids, uint32 n)
+amr_wal_free_leaves(const AmrTree *t, const xl_amr_freed_leaf *leaves, uint32 n)
 {
 	xl_amr_free_leaves xlrec;
 
@@ -334,7 +334,7 @@ amr_wal_free_leaves(const AmrTree *t, const uint32 *leaf_ids, uint32 n)
 	xlrec.nleaves = n;
 	XLogBeginInsert();
 	XLogRegisterData((char *) &xlrec, sizeof(xlrec));
-	XLogRegisterData((char *) leaf_ids, n * sizeof(uint32));
+	XLogRegisterData((char *) leaves, n * sizeof(xl_amr_freed_leaf));
 	return amr_xlog_insert(XLOG_AMR_FREE_LEAVES);
 }
 
@@ -460,12 +460,12 @@ amr_desc(StringInfo buf, XLogReaderState *record)
 				desc_tree(buf, &x->tree);
 				appendStringInfo(buf, "; %u leaves:", x->nleaves);
 				for (i = 0; i < x->nleaves &&
-					 sizeof(xl_amr_free_leaves) + (i + 1) * sizeof(uint32) <= len; i++)
+					 sizeof(xl_amr_free_leaves) + (i + 1) * sizeof(xl_amr_freed_leaf) <= len; i++)
 				{
-					uint32		id;
+					xl_amr_freed_leaf f;
 
-					memcpy(&id, rec + sizeof(xl_amr_free_leaves) + i * sizeof(uint32), sizeof(id));
-					appendStringInfo(buf, " %u", id);
+					memcpy(&f, rec + sizeof(xl_amr_free_leaves) + i * sizeof(f), sizeof(f));
+					appendStringInfo(buf, " %u v%u", f.leaf_id, f.version);
 				}
 			}
 			break;

@@ -165,16 +165,23 @@ typedef struct xl_amr_split
 } xl_amr_split;
 
 /*
- * XLOG_AMR_FREE_LEAVES: this, then nleaves uint32 leaf ids.  VACUUM logs it
- * holding the index's AccessExclusiveLock, whose own record (logged when it
- * was taken) keeps a hot standby's queries out of the index while this is
- * replayed: see amr_vacuum.c.
+ * XLOG_AMR_FREE_LEAVES: this, then nleaves xl_amr_freed_leaf.  VACUUM logs
+ * it holding the index's AccessExclusiveLock, whose own record (logged when
+ * it was taken) keeps a hot standby's queries out of the index while this
+ * is replayed: see amr_vacuum.c.  The version tells crash recovery the leaf
+ * from a later one of the same id (see redo_free_leaves).
  */
 typedef struct xl_amr_free_leaves
 {
 	xl_amr_tree tree;
 	uint32		nleaves;
 } xl_amr_free_leaves;
+
+typedef struct xl_amr_freed_leaf
+{
+	uint32		leaf_id;
+	uint32		version;		/* its Leaf Table version when freed */
+} xl_amr_freed_leaf;
 
 /* ---- writing (amr_wal.c) ---- */
 
@@ -252,8 +259,12 @@ extern XLogRecPtr amr_wal_mark_dead(const AmrTree *t, uint32 leaf_id, uint32 ver
 extern XLogRecPtr amr_wal_split(const AmrTree *t, uint32 leaf_id, uint32 right_leaf,
 								const AmrLeaf *left, const AmrLeaf *right);
 
-/* Log that n empty leaves of tree t are freed.  Returns the record's end. */
-extern XLogRecPtr amr_wal_free_leaves(const AmrTree *t, const uint32 *leaf_ids, uint32 n);
+/*
+ * Log that n empty leaves of tree t (ids and current versions in leaves)
+ * are freed.  Returns the record's end.
+ */
+extern XLogRecPtr amr_wal_free_leaves(const AmrTree *t, const xl_amr_freed_leaf *leaves,
+									  uint32 n);
 
 /*
  * Between logging a change and making it in the pool, a checkpoint must

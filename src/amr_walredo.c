@@ -29,7 +29,10 @@
  * entries the reset left half holds again.  The exception is a change made
  * in place, which keeps the version: an append or dead marks logged as the
  * leaf's whole image (its first change after a checkpoint) is applied as
- * its delta record would be (redo_full_image_in_place).  What lies beyond
+ * its delta record would be (redo_full_image_in_place).  A leaf VACUUM
+ * freed after the record (the pool has its id free, or in a later leaf, at
+ * a higher version) has the record superseded too, and FREE_LEAVES frees
+ * the leaf by the version it had then (redo_free_leaves).  What lies beyond
  * the replayed WAL is found and logged again after recovery
  * (amr_reconcile.c).
  *
@@ -94,9 +97,21 @@ already_has(const AmrTree *t, uint32 leaf_id, uint32 version, bool reached_if_eq
 	if (!redo_over_own_pool)
 		return false;
 	word = amr_lt_word(&amr_store, leaf_id);
-	if (!amr_lt_owned_by(&amr_store, leaf_id, word, t->tree_no, t->generation))
-		return false;
 	have = AMR_WORD_VERSION(word);
+	if (!amr_lt_owned_by(&amr_store, leaf_id, word, t->tree_no, t->generation))
+	{
+		/*
+		 * The pool has the id freed, or in another tree, at a later version:
+		 * the leaf was freed after this change (VACUUM's FREE_LEAVES, durable
+		 * before the free) and perhaps reused since.  An id's versions only
+		 * grow on this server, so the change is superseded.  Replaying it
+		 * would bring the freed leaf back at the pool's version plus one,
+		 * above the versions of its own later records, which would then be
+		 * skipped as applied: dead marks were, and the leaf came back with
+		 * entries VACUUM had removed (t/008, rounds with vacuum:pmem_full).
+		 */
+		return have > version;
+	}
 	return reached_if_equal ? have >= version : have > version;
 }
 
@@ -1071,59 +1086,72 @@ redo_mark_dead(XLogReaderState *record)
 /*
  * Empty leaves VACUUM freed.  The primary held the index's
  * AccessExclusiveLock, and a hot standby's startup process holds it too
- * (its record came first), so no standby scan is in the tree.  A leaf that
- * is not empty here is kept: over a pool that is ahead (crash recovery) its
- * id was reused by a later change, and on a server whose pool disagrees
- * with the primary's, freeing it would drop entries.  The inner nodes are
- * packed again at the tree's first use.
+ * (its record came first), so no standby scan is in the tree.
+ *
+ * Which leaf the record means: in crash recovery over this server's own
+ * pool, the pool may be ahead, holding the id freed or already reused by a
+ * later leaf.  Versions are this server's own and only grow, and replay
+ * never takes a leaf past the version it had when it was freed (the record
+ * carries it), while a later leaf of that id has a higher one: so the leaf
+ * is freed if its version is not above the recorded one, whatever replay
+ * left in it (the primary found it empty under its lock).  Elsewhere (a
+ * standby, a copied pool) versions say nothing, every record is applied in
+ * order, and the leaf must be empty here; one that is not is kept (a pool
+ * that disagrees with the primary's: freeing it would drop entries).  The
+ * inner nodes are packed again at the tree's first use.
  */
 static void
 redo_free_leaves(XLogReaderState *record)
 {
 	AmrStore   *s = &amr_store;
 	xl_amr_free_leaves *x = (xl_amr_free_leaves *) XLogRecGetData(record);
-	const char *ids = (const char *) x + sizeof(xl_amr_free_leaves);
+	const char *items = (const char *) x + sizeof(xl_amr_free_leaves);
 	AmrTree    *t = redo_tree(&x->tree);
 	uint32		freed = 0;
 	uint32		i;
 
 	if (t == NULL ||
-		XLogRecGetDataLen(record) < sizeof(xl_amr_free_leaves) + (Size) x->nleaves * sizeof(uint32))
+		XLogRecGetDataLen(record) < sizeof(xl_amr_free_leaves) +
+		(Size) x->nleaves * sizeof(xl_amr_freed_leaf))
 		return;
 	/* none expected (see above); waited for with no lock held, as elsewhere */
 	for (i = 0; i < x->nleaves && amr_sync_read(&t->pinned) > 0; i++)
 	{
-		uint32		leaf_id;
+		xl_amr_freed_leaf f;
 
-		memcpy(&leaf_id, ids + (Size) i * sizeof(uint32), sizeof(uint32));
-		if (leaf_id < s->lt_capacity)
-			amr_redo_wait_for_unpin(t, leaf_id);
+		memcpy(&f, items + (Size) i * sizeof(f), sizeof(f));
+		if (f.leaf_id < s->lt_capacity)
+			amr_redo_wait_for_unpin(t, f.leaf_id);
 	}
 	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
 	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
 	for (i = 0; i < x->nleaves; i++)
 	{
-		uint32		leaf_id;
+		xl_amr_freed_leaf f;
 		uint64		word;
+		uint64		live;
+		bool		frees;
 
-		memcpy(&leaf_id, ids + (Size) i * sizeof(uint32), sizeof(uint32));
-		if (leaf_id >= s->lt_capacity)
+		memcpy(&f, items + (Size) i * sizeof(f), sizeof(f));
+		if (f.leaf_id >= s->lt_capacity)
 			continue;
-		LWLockAcquire(amr_leaf_lock(leaf_id), LW_EXCLUSIVE);
-		word = amr_lt_word(s, leaf_id);
-		if (amr_lt_owned_by(s, leaf_id, word, t->tree_no, t->generation))
+		LWLockAcquire(amr_leaf_lock(f.leaf_id), LW_EXCLUSIVE);
+		word = amr_lt_word(s, f.leaf_id);
+		if (amr_lt_owned_by(s, f.leaf_id, word, t->tree_no, t->generation))
 		{
-			if (amr_leaf_current_entries(leaf_id, word) == 0)
+			live = amr_leaf_current_entries(f.leaf_id, word);
+			frees = redo_over_own_pool ? AMR_WORD_VERSION(word) <= f.version : live == 0;
+			if (frees)
 			{
-				amr_leaf_free(t, leaf_id);
+				amr_leaf_free(t, f.leaf_id);
 				freed++;
 			}
-			else
-				ereport(DEBUG1,
-						(errmsg_internal("amrtree: WAL replay keeps leaf %u of tree %u, which VACUUM freed as empty: it holds entries here",
-										 leaf_id, t->tree_no)));
+			if (frees != (live == 0))
+				ereport(LOG,
+						(errmsg("amrtree: WAL replay %s leaf %u of tree %u, which VACUUM freed as empty, holding " UINT64_FORMAT " live entries here",
+								frees ? "frees" : "keeps", f.leaf_id, t->tree_no, live)));
 		}
-		LWLockRelease(amr_leaf_lock(leaf_id));
+		LWLockRelease(amr_leaf_lock(f.leaf_id));
 	}
 	if (freed > 0)
 		t->inner_stale = 1;

@@ -137,7 +137,8 @@ FAULT_POINTS = [
     'split:after_logged', 'split:after_publish', 'split:after_switch',
     'switch:after_logged', 'switch:count_written', 'vacuum:before_image',
     'vacuum:after_image_persisted', 'vacuum:after_switch', 'vacuum:before_mark_dead',
-    'vacuum:before_marks_stored', 'vacuum:after_mark_dead', 'promote:before_copy',
+    'vacuum:before_marks_stored', 'vacuum:after_mark_dead', 'vacuum:free_logged',
+    'vacuum:leaves_freed', 'promote:before_copy',
     'promote:after_copy_persisted', 'promote:after_switch', 'demote:before_copy',
     'demote:after_copy_persisted', 'demote:after_switch', 'build:after_tree_created',
     'build:before_leaf', 'build:after_leaf_persisted', 'build:after_leaf_published',
@@ -662,6 +663,11 @@ class Fuzz:
             # deletes outweigh inserts once the table has grown
             n = rnd.randint(0, 40 if self.maxid < 3 * self.a.rows else 400)
             sql = 'DELETE FROM %s WHERE id BETWEEN %d AND %d;' % (t, lo, lo + n)
+            if rnd.random() < 0.15:
+                # a region emptied: VACUUM frees the leaves it leaves empty
+                x, y = rnd.uniform(-100, 1000), rnd.uniform(-100, 1000)
+                sql = 'DELETE FROM %s WHERE b <@ box(point(%r, %r), point(%r, %r));' % (
+                    t, x, y, x + rnd.uniform(50, 300), y + rnd.uniform(50, 300))
             self.x(sess, sql, name)
         elif k < 0.82:
             # savepoints rolling back index inserts, some kept
