@@ -461,6 +461,10 @@ class Fuzz:
             'max_connections': '40',
             'max_prepared_transactions': '10',
             'max_wal_senders': '5',
+            # the standby reconnects 5 s after a primary crash: keep the
+            # WAL it has not received, or the primary may recycle it first
+            # ("requested WAL segment ... has already been removed")
+            'wal_keep_size': "'1GB'",
             'wal_level': 'replica',
             'hot_standby': 'on',
             'hot_standby_feedback': 'on',
