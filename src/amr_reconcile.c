@@ -456,24 +456,6 @@ tree_is_live(uint32 tn)
 	return state == AMR_TREE_VALID || state == AMR_TREE_BUILDING;
 }
 
-/* Live entries of a leaf, counted for the tree without reading SSD images. */
-static uint64
-leaf_entries(uint32 id, uint64 word)
-{
-	AmrStore   *s = &amr_store;
-
-	if (AMR_WORD_TIER(word) == AMR_TIER_PMEM &&
-		!(s->leaves[id].flags & AMR_LEAF_VOLATILE_SUSPECT))
-	{
-		AmrLeaf    *leaf = amr_pmem_slot(s, AMR_WORD_SLOT(word));
-
-		if (leaf->hdr.magic == AMR_LEAF_MAGIC && leaf->hdr.nentries <= AMR_LEAF_CAPACITY)
-			return amr_leaf_live_entries(leaf);
-		return 0;
-	}
-	return s->lt[id].entries;
-}
-
 /*
  * The inner nodes do not fit: of every tree (one_tree false: live_leaves
  * counts the pool's leaves) or of one tree whose nodes are rebuilt beside
@@ -531,7 +513,7 @@ rebuild_trees(uint32 live_leaves, bool build)
 		items[next[bucket]].ref = id;
 		next[bucket]++;
 
-		t->nentries += leaf_entries(id, word);
+		t->nentries += amr_leaf_current_entries(id, word);
 		if (AMR_WORD_TIER(word) == AMR_TIER_PMEM)
 			t->pmem_leaves++;
 		else
@@ -603,7 +585,7 @@ amr_tree_rebuild_inner(AmrTree *t)
 		items[sd][n[sd]].box = amr_lt_mbr(s, id, word);
 		items[sd][n[sd]].ref = id;
 		n[sd]++;
-		nentries += leaf_entries(id, word);
+		nentries += amr_leaf_current_entries(id, word);
 	}
 	amr_tree_free_nodes(s, t);
 	t->root = t->null_root = AMR_INVALID_NODE;
