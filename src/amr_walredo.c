@@ -1096,9 +1096,11 @@ redo_mark_dead(XLogReaderState *record)
  * is freed if its version is not above the recorded one, whatever replay
  * left in it (the primary found it empty under its lock).  Elsewhere (a
  * standby, a copied pool) versions say nothing, every record is applied in
- * order, and the leaf must be empty here; one that is not is kept (a pool
- * that disagrees with the primary's: freeing it would drop entries).  The
- * inner nodes are packed again at the tree's first use.
+ * order, and the leaf must be empty here.  One that is not is kept: before
+ * the copy is consistent it may be a later leaf of the id, which later
+ * records replace; after, the pool disagrees with the primary's and the
+ * tree is given up rather than keep entries of removed rows.  The inner
+ * nodes are packed again at the tree's first use.
  */
 static void
 redo_free_leaves(XLogReaderState *record)
@@ -1108,6 +1110,8 @@ redo_free_leaves(XLogReaderState *record)
 	const char *items = (const char *) x + sizeof(xl_amr_free_leaves);
 	AmrTree    *t = redo_tree(&x->tree);
 	uint32		freed = 0;
+	uint32		diverged = AMR_INVALID_LEAF;
+	uint64		diverged_live = 0;
 	uint32		i;
 
 	if (t == NULL ||
@@ -1146,10 +1150,22 @@ redo_free_leaves(XLogReaderState *record)
 				amr_leaf_free(t, f.leaf_id);
 				freed++;
 			}
-			if (frees != (live == 0))
+			if (frees && live > 0)
 				ereport(LOG,
-						(errmsg("amrtree: WAL replay %s leaf %u of tree %u, which VACUUM freed as empty, holding " UINT64_FORMAT " live entries here",
-								frees ? "frees" : "keeps", f.leaf_id, t->tree_no, live)));
+						(errmsg("amrtree: crash recovery frees leaf %u of tree %u, which VACUUM freed as empty, though replay left " UINT64_FORMAT " live entries in it",
+								f.leaf_id, t->tree_no, live)));
+			else if (!frees && live > 0 && !redo_over_own_pool && reachedConsistency &&
+					 diverged == AMR_INVALID_LEAF)
+			{
+				/*
+				 * Before consistency a copy may hold a later leaf of the id,
+				 * which later records replace; after it, this pool disagrees
+				 * with the primary's, and the entries point at heap tuples
+				 * that VACUUM removed there.
+				 */
+				diverged = f.leaf_id;
+				diverged_live = live;
+			}
 		}
 		LWLockRelease(amr_leaf_lock(f.leaf_id));
 	}
@@ -1157,6 +1173,9 @@ redo_free_leaves(XLogReaderState *record)
 		t->inner_stale = 1;
 	LWLockRelease(amr_tree_lock(t));
 	LWLockRelease(&amr_shared->publish_lock);
+	if (diverged != AMR_INVALID_LEAF)
+		redo_broken(t, psprintf("VACUUM freed leaf %u as empty, which holds " UINT64_FORMAT " live entries here",
+								diverged, diverged_live));
 }
 
 /*
