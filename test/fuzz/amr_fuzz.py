@@ -671,7 +671,7 @@ class Fuzz:
                 # a region emptied: VACUUM frees the leaves it leaves empty
                 x, y = rnd.uniform(-100, 1000), rnd.uniform(-100, 1000)
                 sql = 'DELETE FROM %s WHERE b <@ box(point(%r, %r), point(%r, %r));' % (
-                    t, x, y, x + rnd.uniform(50, 300), y + rnd.uniform(50, 300))
+                    t, x, y, x + rnd.uniform(100, 600), y + rnd.uniform(100, 600))
             self.x(sess, sql, name)
         elif k < 0.82:
             # savepoints rolling back index inserts, some kept
