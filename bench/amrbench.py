@@ -1888,15 +1888,33 @@ def plot_latency_cdfs(plt, summary, outdir, cnames):
 
 # ---------------------------------------------------------------- main
 
-def main():
+def driver_parser(doc):
+    """The command line every driver takes (--workdir, --results, then a
+    command: add its parser to the returned subparsers), with Ctrl-C and
+    termination turned into Interrupted so that the throwaway clusters are
+    removed."""
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
-    p = argparse.ArgumentParser(description=__doc__,
+    p = argparse.ArgumentParser(description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--workdir', required=True, help='throwaway cluster and data go here')
+    p.add_argument('--workdir', required=True, help='throwaway clusters and data go here')
     p.add_argument('--results', default=os.path.join(ROOT, 'bench', 'results'))
-    sub = p.add_subparsers(dest='cmd', required=True)
+    return p, p.add_subparsers(dest='cmd', required=True)
+
+
+def run_command(fn, args):
+    """fn(args); an interruption ends the process with status 130 once the
+    clusters are gone (the drivers remove them in their finally blocks)."""
+    try:
+        fn(args)
+    except Interrupted as e:
+        log('\ninterrupted (%s): the throwaway clusters were stopped and removed' % e)
+        sys.exit(130)
+
+
+def main():
+    p, sub = driver_parser(__doc__)
     c = sub.add_parser('compare')
     c.add_argument('--quick', action='store_true')
     c.add_argument('--rows', type=int)
@@ -1933,18 +1951,8 @@ def main():
     s.add_argument('--ssd-cache-size', help="amrtree.ssd_cache_size for the run (e.g. '0' "
                    "to measure the SSD tier without its DRAM cache); default: the GUC's default")
     args = p.parse_args()
-    try:
-        if args.cmd == 'compare':
-            cmd_compare(args)
-        elif args.cmd == 'growth':
-            cmd_growth(args)
-        elif args.cmd == 'growth_plot':
-            cmd_growth_plot(args)
-        else:
-            cmd_budget_sweep(args)
-    except Interrupted as e:
-        log('\ninterrupted (%s): the throwaway cluster was stopped and removed' % e)
-        sys.exit(130)
+    run_command({'compare': cmd_compare, 'growth': cmd_growth, 'growth_plot': cmd_growth_plot,
+                 'budget_sweep': cmd_budget_sweep}[args.cmd], args)
 
 
 if __name__ == '__main__':

@@ -30,11 +30,9 @@ alone, so shards cannot add throughput here; what this measures is the
 coordinator's overhead and whether splitting a query costs or saves work.
 """
 
-import argparse
 import datetime
 import json
 import os
-import signal
 import sys
 import time
 
@@ -282,14 +280,7 @@ def plot(summary, outdir):
 
 
 def main():
-    signal.signal(signal.SIGINT, ab.on_signal)
-    signal.signal(signal.SIGTERM, ab.on_signal)
-    signal.signal(signal.SIGHUP, ab.on_signal)
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--workdir', required=True, help='throwaway clusters and data go here')
-    p.add_argument('--results', default=os.path.join(ab.ROOT, 'bench', 'results'))
-    sub = p.add_subparsers(dest='cmd', required=True)
+    p, sub = ab.driver_parser(__doc__)
     c = sub.add_parser('shards')
     c.add_argument('--quick', action='store_true',
                    help='100,000 rows, three window sizes, 2 s per run')
@@ -298,11 +289,7 @@ def main():
     c.add_argument('--seconds', type=int)
     c.add_argument('--reps', type=int)
     args = p.parse_args()
-    try:
-        cmd_shards(args)
-    except ab.Interrupted as e:
-        log('\ninterrupted (%s): the throwaway clusters were stopped and removed' % e)
-        sys.exit(130)
+    ab.run_command(cmd_shards, args)
 
 
 if __name__ == '__main__':

@@ -38,12 +38,10 @@ configuration: the pool a file in the data directory, synchronous_commit
 on.  Timings on a shared 2-core machine are noisy; the sizes are not.
 """
 
-import argparse
 import datetime
 import json
 import os
 import re
-import signal
 import statistics
 import sys
 import time
@@ -436,14 +434,7 @@ def plot(series, summary, outdir):
 
 
 def main():
-    signal.signal(signal.SIGINT, ab.on_signal)
-    signal.signal(signal.SIGTERM, ab.on_signal)
-    signal.signal(signal.SIGHUP, ab.on_signal)
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--workdir', required=True, help='throwaway cluster and data go here')
-    p.add_argument('--results', default=os.path.join(ab.ROOT, 'bench', 'results'))
-    sub = p.add_subparsers(dest='cmd', required=True)
+    p, sub = ab.driver_parser(__doc__)
     c = sub.add_parser('window')
     c.add_argument('--quick', action='store_true', help='60 steps, 1 s per pgbench run')
     c.add_argument('--steps', type=int, help='measured steps (default 200, --quick 60)')
@@ -454,11 +445,7 @@ def main():
     c.add_argument('--seconds', type=int, help='seconds per pgbench run (default 3, --quick 1)')
     c.add_argument('--rounds', type=int, help='pgbench rounds through the methods (default 3)')
     args = p.parse_args()
-    try:
-        cmd_window(args)
-    except ab.Interrupted as e:
-        log('\ninterrupted (%s): the throwaway cluster was stopped and removed' % e)
-        sys.exit(130)
+    ab.run_command(cmd_window, args)
 
 
 if __name__ == '__main__':
