@@ -36,8 +36,9 @@
  * had at once.  The lock is what makes freeing safe: every scan and insert
  * holds a lock on the index for its whole transaction, so none is between
  * collecting a leaf id and reading it, and none can meet the id reused; the
- * tier manager, the one other reader of a tree, is kept out by the tree's
- * tier lock.  On a hot standby the lock's own WAL record, which precedes
+ * tier manager, the one process that visits leaves without a relation lock,
+ * is kept out by the tree's tier lock (the planner's estimate reads only
+ * inner nodes, under the tree lock).  On a hot standby the lock's own WAL record, which precedes
  * ours, makes replay wait for (or cancel) the standby's queries on the
  * index, and holds new ones off until VACUUM's transaction ends.  GiST
  * instead waits until no snapshot could still reach a deleted page; amrtree
