@@ -16,7 +16,10 @@
 #     nodes are packed again): the index agrees with sequential scans and
 #     amrtree_check passes, on the primary and on the standby.
 # (e) Crash recovery from a checkpoint before the freed leaves' last
-#     changes, over a pool file that already holds the frees.
+#     changes, over a pool file that already holds the frees (a second
+#     server, its pool on /dev/shm: crash recovery there replays over its
+#     own pool and compares versions).  Without the fix in already_has()
+#     replay gave up on the tree.
 #
 # The primary's pool is the default one, a file in the data directory
 # written back; the standby's is on /dev/shm.
