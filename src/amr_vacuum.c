@@ -38,9 +38,10 @@
  * collecting a leaf id and reading it, and none can meet the id reused; the
  * tier manager, the one process that visits leaves without a relation lock,
  * is kept out by the tree's tier lock (the planner's estimate reads only
- * inner nodes, under the tree lock).  On a hot standby the lock's own WAL record, which precedes
- * ours, makes replay wait for (or cancel) the standby's queries on the
- * index, and holds new ones off until VACUUM's transaction ends.  GiST
+ * inner nodes, under the tree lock).  On a hot standby the lock's own WAL
+ * record, which precedes ours, makes replay wait for (or cancel) the
+ * standby's queries on the index, and holds new ones off until VACUUM's
+ * transaction ends.  GiST
  * instead waits until no snapshot could still reach a deleted page; amrtree
  * lets a freed id be reused at once, so it takes the lock, as VACUUM does to
  * truncate a table, and, like that truncation, gives up rather than wait:
@@ -55,6 +56,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "commands/vacuum.h"
+#include "lib/qunique.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "storage/lmgr.h"
@@ -573,16 +575,17 @@ lock_tree_alone(Relation index, AmrTree *t)
 }
 
 /*
- * Free those of the n leaves in ids (sorted, distinct) that are still
- * empty, under the locks of lock_tree_alone.  The record is flushed before
- * the pool changes, so a crash cannot leave a standby with leaves the
- * primary no longer has; the inner nodes are then packed from the Leaf
- * Table, as at a restart.  Returns how many were freed.
+ * Free those of the n leaves in ids (distinct) that are still empty, under
+ * the locks of lock_tree_alone.  The record is flushed before the pool
+ * changes, so a crash cannot leave a standby with leaves the primary no
+ * longer has; the inner nodes are then packed from the Leaf Table, as at a
+ * restart.  Returns how many were freed.
  */
 static uint32
-free_leaves(Relation index, AmrTree *t, uint32 *ids, uint32 n)
+free_leaves(Relation index, AmrTree *t, const uint32 *ids, uint32 n)
 {
 	AmrStore   *s = &amr_store;
+	xl_amr_freed_leaf *freed = palloc(sizeof(xl_amr_freed_leaf) * n);
 	uint32		nfree = 0;
 	uint32		i;
 
@@ -598,36 +601,31 @@ free_leaves(Relation index, AmrTree *t, uint32 *ids, uint32 n)
 		if (amr_lt_owned_by(s, id, word, t->tree_no, t->generation) &&
 			!(s->leaves[id].flags & AMR_LEAF_VOLATILE_SUSPECT) &&
 			amr_leaf_current_entries(id, word) == 0)
-			ids[nfree++] = id;
+		{
+			/* the version, for crash recovery (see redo_free_leaves) */
+			freed[nfree].leaf_id = id;
+			freed[nfree].version = AMR_WORD_VERSION(word);
+			nfree++;
+		}
 		LWLockRelease(amr_leaf_lock(id));
 	}
 	if (nfree > 0)
 	{
 		bool		logged = amr_wal_wanted(t, index);
-		xl_amr_freed_leaf *logged_leaves = NULL;
 
-		if (logged)
-		{
-			logged_leaves = palloc(sizeof(xl_amr_freed_leaf) * nfree);
-			for (i = 0; i < nfree; i++)
-			{
-				logged_leaves[i].leaf_id = ids[i];
-				logged_leaves[i].version = AMR_WORD_VERSION(amr_lt_word(s, ids[i]));
-			}
-		}
 		START_CRIT_SECTION();
 		if (logged)
 		{
 			amr_wal_hold_checkpoint();
-			XLogFlush(amr_wal_free_leaves(t, logged_leaves, nfree));
+			XLogFlush(amr_wal_free_leaves(t, freed, nfree));
 		}
 		AMR_FAULT_POINT("vacuum:free_logged");
 		amr_persist_batch_begin();
 		for (i = 0; i < nfree; i++)
 		{
-			LWLockAcquire(amr_leaf_lock(ids[i]), LW_EXCLUSIVE);
-			amr_leaf_free(t, ids[i]);
-			LWLockRelease(amr_leaf_lock(ids[i]));
+			LWLockAcquire(amr_leaf_lock(freed[i].leaf_id), LW_EXCLUSIVE);
+			amr_leaf_free(t, freed[i].leaf_id);
+			LWLockRelease(amr_leaf_lock(freed[i].leaf_id));
 		}
 		amr_persist_batch_end();
 		/* if the packing below fails, the tree's next use packs */
@@ -635,13 +633,12 @@ free_leaves(Relation index, AmrTree *t, uint32 *ids, uint32 n)
 		if (logged)
 			amr_wal_release_checkpoint();
 		END_CRIT_SECTION();
-		if (logged_leaves)
-			pfree(logged_leaves);
 		AMR_FAULT_POINT("vacuum:leaves_freed");
 		amr_tree_rebuild_inner(t);
 	}
 	LWLockRelease(amr_tree_lock(t));
 	LWLockRelease(&amr_shared->publish_lock);
+	pfree(freed);
 	return nfree;
 }
 
@@ -656,17 +653,14 @@ static void
 free_empty_leaves(IndexVacuumInfo *info, AmrTree *t, AmrLeafList *empty,
 				  IndexBulkDeleteResult *stats)
 {
-	uint32		n = 0;
-	uint32		i;
+	uint32		n;
 	uint32		nfree;
 
 	if (empty->n == 0 || !amr_free_empty_leaves(info->index))
 		return;
+	/* split halves visited again are in the list twice */
 	qsort(empty->ids, empty->n, sizeof(uint32), leaf_id_cmp);
-	for (i = 0; i < empty->n; i++)
-		if (n == 0 || empty->ids[n - 1] != empty->ids[i])
-			empty->ids[n++] = empty->ids[i];
-	empty->n = n;
+	n = (uint32) qunique(empty->ids, empty->n, sizeof(uint32), leaf_id_cmp);
 	if ((uint64) n * FREE_EMPTY_MIN_SHARE < amr_counter_read(&t->nleaves))
 		return;
 

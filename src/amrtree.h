@@ -103,8 +103,9 @@
 
 /*
  * Reloptions: pmem_budget (a string, see amr_parse_budget), tiering and
- * free_empty_leaves; and GiST's fillfactor (the same range and default) and buffering (accepted so
- * that GiST's DDL runs unchanged; amrtree always builds by sorting).
+ * free_empty_leaves; and GiST's fillfactor (the same range and default) and
+ * buffering (accepted so that GiST's DDL runs unchanged; amrtree always
+ * builds by sorting).
  */
 #define AMR_PMEM_BUDGET_DEFAULT			"unlimited"
 #define AMR_TIERING_DEFAULT				true
