@@ -128,6 +128,7 @@ static const char *const fault_pauses[] = {
 	"writeback:between_vxids",	/* the write-back worker holds no vxid */
 	"append:after_decision",	/* an append chose a delta, not yet logged */
 	"scan:before_ssd_read",		/* a scan read an SSD leaf's word, unlocked */
+	"vacuum:before_free",		/* leaves emptied and logged, not yet freed */
 	NULL
 };
 

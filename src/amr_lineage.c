@@ -472,13 +472,27 @@ amr_lineage_at_open(const ControlFileData *cf, bool replay_from_copy, bool upgra
 
 /*
  * Postmaster, restarting its children after one crashed: the pool is this
- * server's own, on its timeline; see lower_to_checkpoint.
+ * server's own, on its timeline; see lower_to_checkpoint.  A standby (or an
+ * archive recovery, replay_from_copy) resumes replay from its last
+ * restartpoint with the pool holding everything replayed before the crash,
+ * as after a stop: the extent replay reached becomes the check that keeps
+ * queries out until replay passes it again (amr_lineage_replay_caught_up).
  */
 void
-amr_lineage_at_crash_restart(const ControlFileData *cf)
+amr_lineage_at_crash_restart(const ControlFileData *cf, bool replay_from_copy)
 {
-	if (cf != NULL && amr_store.header->check_tli == 0)
+	AmrPoolHeader *hdr = amr_store.header;
+
+	if (cf == NULL || hdr->check_tli != 0)
+		return;
+	if (!replay_from_copy)
 		lower_to_checkpoint(cf->checkPointCopy.ThisTimeLineID, cf->checkPoint);
+	else if (hdr->wal_extent_tli != 0)
+	{
+		hdr->check_tli = hdr->wal_extent_tli;
+		hdr->check_extent = hdr->wal_extent;
+		persist_lineage(hdr);
+	}
 }
 
 /*

@@ -891,7 +891,7 @@ note_start(bool children_crashed)
 	if (children_crashed || !clean)
 		amr_note_unclean_start(cf->checkPoint);
 	if (children_crashed)
-		amr_lineage_at_crash_restart(crc_ok ? cf : NULL);
+		amr_lineage_at_crash_restart(crc_ok ? cf : NULL, pool_may_be_copy);
 	else
 		amr_lineage_at_open(crc_ok ? cf : NULL, pool_may_be_copy, pool_upgraded_at_start);
 	pfree(cf);

@@ -676,6 +676,7 @@ free_empty_leaves(IndexVacuumInfo *info, AmrTree *t, AmrLeafList *empty,
 						RelationGetRelationName(info->index), n)));
 		return;
 	}
+	AMR_FAULT_POINT("vacuum:before_free");
 	if (!lock_tree_alone(info->index, t))
 	{
 		ereport(info->message_level,

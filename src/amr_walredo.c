@@ -1084,6 +1084,25 @@ redo_mark_dead(XLogReaderState *record)
 }
 
 /*
+ * Replay over a copy: can the pool no longer hold changes from beyond the
+ * record being replayed?  Two things keep it ahead: a base backup's torn
+ * copy until the backup's end (PostgreSQL's consistent point), and a
+ * restarted standby's own pool, which holds everything replay did before
+ * the stop while replay resumes from the last restartpoint -- PostgreSQL
+ * counts that as consistent at once (minRecoveryPoint follows only the
+ * heap's page writes), amrtree only once replay passes the pool's extent
+ * (amr_lineage_replay_caught_up; t/015 and t/046 found a reused leaf id
+ * there).
+ */
+static bool
+pool_not_ahead_of_replay(void)
+{
+	XLogRecPtr	extent;
+
+	return reachedConsistency && amr_lineage_replay_caught_up(&extent);
+}
+
+/*
  * Empty leaves VACUUM freed.  The primary held the index's
  * AccessExclusiveLock, and a hot standby's startup process holds it too
  * (its record came first), so no standby scan is in the tree.
@@ -1096,11 +1115,12 @@ redo_mark_dead(XLogReaderState *record)
  * is freed if its version is not above the recorded one, whatever replay
  * left in it (the primary found it empty under its lock).  Elsewhere (a
  * standby, a copied pool) versions say nothing, every record is applied in
- * order, and the leaf must be empty here.  One that is not is kept: before
- * the copy is consistent it may be a later leaf of the id, which later
- * records replace; after, the pool disagrees with the primary's and the
- * tree is given up rather than keep entries of removed rows.  The inner
- * nodes are packed again at the tree's first use.
+ * order, and the leaf must be empty here.  One that is not is kept while
+ * the pool may be ahead of replay (pool_not_ahead_of_replay): it may be a
+ * later leaf of the id, which later records replace.  After that the pool
+ * disagrees with the primary's and the tree is given up rather than keep
+ * entries of removed rows.  The inner nodes are packed again at the tree's
+ * first use.
  */
 static void
 redo_free_leaves(XLogReaderState *record)
@@ -1154,14 +1174,12 @@ redo_free_leaves(XLogReaderState *record)
 				ereport(LOG,
 						(errmsg("amrtree: crash recovery frees leaf %u of tree %u, which VACUUM freed as empty, though replay left " UINT64_FORMAT " live entries in it",
 								f.leaf_id, t->tree_no, live)));
-			else if (!frees && live > 0 && !redo_over_own_pool && reachedConsistency &&
-					 diverged == AMR_INVALID_LEAF)
+			else if (!frees && live > 0 && !redo_over_own_pool &&
+					 diverged == AMR_INVALID_LEAF && pool_not_ahead_of_replay())
 			{
 				/*
-				 * Before consistency a copy may hold a later leaf of the id,
-				 * which later records replace; after it, this pool disagrees
-				 * with the primary's, and the entries point at heap tuples
-				 * that VACUUM removed there.
+				 * This pool disagrees with the primary's, and the entries
+				 * point at heap tuples that VACUUM removed there.
 				 */
 				diverged = f.leaf_id;
 				diverged_live = live;

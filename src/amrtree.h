@@ -396,7 +396,8 @@ extern void amr_lineage_at_open(const ControlFileData *cf, bool replay_from_copy
 								bool upgraded);
 
 /* Postmaster, restarting its children after a crash: the lost tail is not another life. */
-extern void amr_lineage_at_crash_restart(const ControlFileData *cf);
+extern void amr_lineage_at_crash_restart(const ControlFileData *cf,
+										 bool replay_from_copy);
 
 /* Startup process, redo starting: false if the target timeline rules the pool out. */
 extern bool amr_lineage_at_redo_start(void);

@@ -20,6 +20,9 @@
 #     server, its pool on /dev/shm: crash recovery there replays over its
 #     own pool and compares versions).  Without the fix in already_has()
 #     replay gave up on the tree.
+# (f) A standby that restarts (a backend crash, an immediate stop) from a
+#     restartpoint before a FREE_LEAVES record, over its own pool, where
+#     new leaves have taken the freed ids since: replay must keep the tree.
 #
 # The primary's pool is the default one, a file in the data directory
 # written back; the standby's is on /dev/shm.
@@ -28,6 +31,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
 use AmrTree;
 
@@ -225,6 +229,82 @@ is($own->safe_psql('postgres', q{SELECT entries FROM amrtree_index_stats('w_b')}
 $own->safe_psql('postgres', 'SELECT add_step(s) FROM generate_series(10, 13) s');
 check_node($own, 0, 13, 'own pool: after recovery and new rows');
 $own->stop;
+
+# (f) A standby restarts from a restartpoint taken between VACUUM's last
+# changes to the leaves it emptied and its FREE_LEAVES record, over its own
+# pool, which already holds the frees and new leaves that took the freed
+# ids since.  No record between the restartpoint and FREE_LEAVES touches the
+# freed leaves, so replay meets the later leaves there, with live entries;
+# and PostgreSQL calls the standby consistent at once (nothing was written
+# after the restartpoint).  Replay must keep them and the tree (t/015 found
+# it: "VACUUM freed leaf 20 as empty, which holds 36 live entries here", 0
+# leaves on the standby).  Twice: after a standby backend crashes (the
+# postmaster restarts replay) and after an immediate stop.
+sub leaf_ids
+{
+	my ($node) = @_;
+	return split /,/, $node->safe_psql('postgres',
+		q{SELECT string_agg(leaf_id::text, ',' ORDER BY leaf_id) FROM amrtree_leaf_table('w_b')});
+}
+# no page writes on the standby after the restartpoint (room in shared
+# buffers, no background writer): its consistent point stays before the
+# FREE_LEAVES record
+$standby->append_conf('postgresql.conf', "shared_buffers = 64MB\nbgwriter_lru_maxpages = 0\n");
+$standby->restart;
+$primary->safe_psql('postgres', 'SELECT add_step(s) FROM generate_series(100, 105) s');
+$primary->safe_psql('postgres', 'DELETE FROM w WHERE step < 104');
+my %had = map { $_ => 1 } leaf_ids($primary);
+my $paused = $primary->data_dir . '/amrtree_fault_paused';
+$primary->safe_psql('postgres',
+	"ALTER SYSTEM SET amrtree.fault_injection = 'vacuum:before_free'; SELECT pg_reload_conf()");
+my $vac = $primary->background_psql('postgres');
+$vac->query_until(qr/started/, "\\echo started\nVACUUM (INDEX_CLEANUP on) w;\n\\echo vacuumed\n");
+my $waited = 0;
+usleep(50_000), $waited++ until -e $paused || $waited > 600;
+ok(-e $paused, 'restartpoint: VACUUM paused before freeing');
+$primary->safe_psql('postgres', 'CHECKPOINT');
+$primary->wait_for_catchup($standby);
+$standby->safe_psql('postgres', 'CHECKPOINT');
+my $redo = $standby->safe_psql('postgres', 'SELECT redo_lsn FROM pg_control_checkpoint()');
+unlink $paused;
+$vac->query_until(qr/vacuumed/, '');
+$vac->quit;
+$primary->safe_psql('postgres', 'ALTER SYSTEM RESET amrtree.fault_injection; SELECT pg_reload_conf()');
+my %left = map { $_ => 1 } leaf_ids($primary);
+my @freed = grep { !$left{$_} } keys %had;
+cmp_ok(scalar @freed, '>', 0, 'restartpoint: VACUUM freed leaves after it');
+$primary->safe_psql('postgres', 'SELECT add_step(s) FROM generate_series(106, 111) s');
+my %now = map { $_ => 1 } leaf_ids($primary);
+my $reused = grep { $now{$_} } @freed;
+note scalar(@freed) . " leaves freed, $reused of their ids taken again";
+cmp_ok($reused, '>', 0, 'restartpoint: new leaves took freed ids');
+$primary->wait_for_catchup($standby);
+check_node($standby, 104, 111, 'restartpoint: standby before its restarts');
+
+for my $how ('a backend crash', 'an immediate stop')
+{
+	my $log_at = -s $standby->logfile;
+	if ($how eq 'a backend crash')
+	{
+		my $victim = $standby->background_psql('postgres');
+		my $pid = $victim->query_safe('SELECT pg_backend_pid()');
+		kill 9, $pid;
+		amr_wait_for_crash_restart($standby, $log_at);
+		eval { $victim->quit };
+	}
+	else
+	{
+		$standby->stop('immediate');
+		$standby->start;
+	}
+	ok(slurp_file($standby->logfile, $log_at) =~ /redo starts at \Q$redo\E\b/,
+		"standby restarted after $how: redo started at the restartpoint");
+	$primary->wait_for_catchup($standby);
+	check_node($standby, 104, 111, "standby restarted after $how");
+	is(leaves($standby), leaves($primary), "standby restarted after $how: the primary's leaves");
+	ok(!$standby->log_contains(qr/cannot follow the tree/, $log_at),
+		"standby restarted after $how: replay kept the tree");
+}
 
 $standby->stop;
 $primary->stop;
