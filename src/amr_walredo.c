@@ -825,18 +825,51 @@ redo_images(XLogReaderState *record)
 }
 
 /*
- * The current image of a leaf of t, copied into buf; 0 (the tree is then
- * broken) if t does not have it.  No lock held.
+ * Replay over a copy: can the pool no longer hold changes from beyond the
+ * record being replayed?  PostgreSQL's consistent point covers a base
+ * backup's torn copy (until the backup's end) and a write-back pool file
+ * in crash recovery (until the end of the WAL).  A restarted standby's own
+ * pool holds everything replay did before the stop while replay resumes
+ * from the last restartpoint: PostgreSQL counts that as consistent at once
+ * (minRecoveryPoint follows only the heap's page writes), amrtree only once
+ * replay passes the pool's extent (amr_lineage_replay_caught_up; t/015 and
+ * t/046 found a reused leaf id there).
+ */
+static bool
+pool_not_ahead_of_replay(void)
+{
+	XLogRecPtr	extent;
+
+	return reachedConsistency && amr_lineage_replay_caught_up(&extent);
+}
+
+/*
+ * The current image of a leaf of t, copied into buf; 0 if t does not have
+ * it, and the tree is then broken unless the pool may be ahead of replay.
+ * No lock held.
  */
 static uint64
 read_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *buf, const char *what)
 {
 	uint64		word = amr_leaf_read(NULL, t, leaf_id, buf, NULL, NULL);
 
-	if (word == 0)
+	if (word != 0)
+		return word;
+
+	/*
+	 * A pool ahead of replay may have freed the leaf since (VACUUM's
+	 * FREE_LEAVES comes later in the WAL): a delta that preceded the leaf's
+	 * whole image (amr_wal_delta_came_first) then finds nothing, and the
+	 * image and the free that follow settle the leaf.
+	 */
+	if (!redo_over_own_pool && !pool_not_ahead_of_replay())
+		ereport(DEBUG1,
+				(errmsg_internal("amrtree: %s names leaf %u, which the pool ahead of replay does not have; skipped",
+								 what, leaf_id)));
+	else
 		redo_broken(t, psprintf("%s names leaf %u, which this server's tree does not have", what,
 								leaf_id));
-	return word;
+	return 0;
 }
 
 /*
@@ -1081,25 +1114,6 @@ redo_mark_dead(XLogReaderState *record)
 	/* a scan returning them must be done before the heap's VACUUM replays */
 	amr_redo_wait_for_unpin(t, x->leaf_id);
 	amr_removal_pass_end(t, pass);
-}
-
-/*
- * Replay over a copy: can the pool no longer hold changes from beyond the
- * record being replayed?  Two things keep it ahead: a base backup's torn
- * copy until the backup's end (PostgreSQL's consistent point), and a
- * restarted standby's own pool, which holds everything replay did before
- * the stop while replay resumes from the last restartpoint -- PostgreSQL
- * counts that as consistent at once (minRecoveryPoint follows only the
- * heap's page writes), amrtree only once replay passes the pool's extent
- * (amr_lineage_replay_caught_up; t/015 and t/046 found a reused leaf id
- * there).
- */
-static bool
-pool_not_ahead_of_replay(void)
-{
-	XLogRecPtr	extent;
-
-	return reachedConsistency && amr_lineage_replay_caught_up(&extent);
 }
 
 /*

@@ -23,6 +23,9 @@
 # (f) A standby that restarts (a backend crash, an immediate stop) from a
 #     restartpoint before a FREE_LEAVES record, over its own pool, where
 #     new leaves have taken the freed ids since: replay must keep the tree.
+# (g) Crash recovery over the written-back pool file, where a delta that
+#     came before the checkpoint's redo pointer names a leaf the file
+#     holds freed: replay must keep the tree.
 #
 # The primary's pool is the default one, a file in the data directory
 # written back; the standby's is on /dev/shm.
@@ -99,11 +102,12 @@ sub leaves
 }
 
 # leaves VACUUM VERBOSE says it freed ("newly deleted")
-sub freed
+sub freed_from
 {
-	my ($err) = @_;
-	return $err =~ /index "w_b": pages: \d+ in total, (\d+) newly deleted/ ? $1 : 'none';
+	my ($err, $index) = @_;
+	return $err =~ /index "\Q$index\E": pages: \d+ in total, (\d+) newly deleted/ ? $1 : 'none';
 }
+sub freed { return freed_from($_[0], 'w_b'); }
 
 sub step
 {
@@ -305,6 +309,65 @@ for my $how ('a backend crash', 'an immediate stop')
 	ok(!$standby->log_contains(qr/cannot follow the tree/, $log_at),
 		"standby restarted after $how: replay kept the tree");
 }
+
+# (g) Crash recovery over the primary's written-back pool file (a copy, as
+# a standby's pool: records are applied in order) from a checkpoint whose
+# redo pointer an append's delta preceded on a stale look (t/029): the
+# leaf's first record after it is that delta, then its whole image, then
+# VACUUM empties and frees it.  The file already holds the free, so the
+# delta names a leaf the pool does not have; the image and the free that
+# follow settle it, and replay must keep the tree.
+$primary->safe_psql('postgres', q{
+CREATE TABLE d (id int, b box);
+CREATE INDEX d_b ON d USING amrtree (b);
+INSERT INTO d SELECT g, box(point(50 + g * 0.01, 0), point(50 + g * 0.01 + 0.005, 0.005))
+FROM generate_series(1, 80) g;
+INSERT INTO d SELECT g, box(point(g * 0.01, 0), point(g * 0.01 + 0.005, 0.005))
+FROM generate_series(101, 180) g;
+CHECKPOINT;
+INSERT INTO d VALUES (181, box(point(0.81, 0), point(0.815, 0.005)));});
+$primary->safe_psql('postgres', "ALTER SYSTEM SET amrtree.fault_injection = 'append:after_decision'; SELECT pg_reload_conf()");
+my $ins = $primary->background_psql('postgres');
+$ins->query_until(qr/armed/, q{
+\echo armed
+INSERT INTO d VALUES (182, box(point(0.82, 0), point(0.825, 0.005)));
+\echo inserted
+});
+$waited = 0;
+usleep(50_000), $waited++ until -e $paused || $waited > 600;
+ok(-e $paused, 'stale delta: the append paused between its choice of a delta and its record');
+my $cp_at = -s $primary->logfile;
+my $cp = $primary->background_psql('postgres');
+$cp->query_until(qr/started/, "\\echo started\nCHECKPOINT;\n\\echo checkpointed\n");
+$waited = 0;
+usleep(50_000), $waited++
+  until slurp_file($primary->logfile, $cp_at) =~ /checkpoint starting: immediate force wait/ || $waited > 1200;
+unlink $paused;
+$ins->query_until(qr/inserted/, '');
+$ins->quit;
+$cp->query_until(qr/checkpointed/, '');
+$cp->quit;
+$primary->safe_psql('postgres', 'ALTER SYSTEM RESET amrtree.fault_injection; SELECT pg_reload_conf()');
+$primary->safe_psql('postgres', 'DELETE FROM d WHERE id > 100');
+($ret, $out, $err) = $primary->psql('postgres', 'VACUUM (VERBOSE, INDEX_CLEANUP on) d');
+cmp_ok(freed_from($err, 'd_b'), '>', 0, 'stale delta: VACUUM freed the leaves');
+my $shape = $primary->safe_psql('postgres', q{SELECT leaves || '/' || entries FROM amrtree_index_stats('d_b')});
+sleep 1;    # the write-back reaches the file
+$primary->stop('immediate');
+my $log_at = -s $primary->logfile;
+$primary->start;
+amr_wait_for_server($primary) or die 'the primary did not come back';
+ok(!$primary->log_contains(qr/cannot follow the tree|rebuilding index/, $log_at),
+	'stale delta: crash recovery kept the tree');
+is($primary->safe_psql('postgres', q{SELECT amrtree_check('d_b')}), 't', 'stale delta: amrtree_check');
+is($primary->safe_psql('postgres', q{SELECT leaves || '/' || entries FROM amrtree_index_stats('d_b')}),
+	$shape, "stale delta: the leaves and entries VACUUM left ($shape)");
+my ($with, $without) = amr_with_and_without_index($primary, 'postgres',
+	q{SELECT string_agg(id::text, ',' ORDER BY id) FROM d WHERE b && box '((-1,-1),(60,1))'});
+is($with, $without, 'stale delta: the index returns what a sequential scan returns');
+$primary->wait_for_catchup($standby);
+is($standby->safe_psql('postgres', q{SELECT leaves || '/' || entries FROM amrtree_index_stats('d_b')}),
+	$shape, 'stale delta: the standby freed them too');
 
 $standby->stop;
 $primary->stop;
