@@ -395,7 +395,10 @@ extern void amr_lineage_after_unsynced_replay(AmrPoolHeader *hdr, XLogRecPtr fro
 extern void amr_lineage_at_open(const ControlFileData *cf, bool replay_from_copy,
 								bool upgraded);
 
-/* Postmaster, restarting its children after a crash: the lost tail is not another life. */
+/*
+ * Postmaster, restarting its children after a crash: the lost tail is not
+ * another life; a standby's pool is ahead of where replay resumes.
+ */
 extern void amr_lineage_at_crash_restart(const ControlFileData *cf,
 										 bool replay_from_copy);
 
