@@ -157,6 +157,21 @@ lower_to_checkpoint(TimeLineID tli, XLogRecPtr checkpoint)
 	persist_lineage(hdr);
 }
 
+/*
+ * Replay from a copy resumes behind the pool: unless a check is pending
+ * already, the extent the pool has reached becomes the position replay must
+ * pass before queries use it (amr_lineage_replay_caught_up).
+ */
+static void
+await_replay_past_extent(AmrPoolHeader *hdr)
+{
+	if (hdr->check_tli != 0 || hdr->wal_extent_tli == 0)
+		return;
+	hdr->check_tli = hdr->wal_extent_tli;
+	hdr->check_extent = hdr->wal_extent;
+	persist_lineage(hdr);
+}
+
 static void
 clear_check(AmrPoolHeader *hdr)
 {
@@ -438,12 +453,7 @@ amr_lineage_at_open(const ControlFileData *cf, bool replay_from_copy, bool upgra
 	}
 	if (replay_from_copy)
 	{
-		if (hdr->check_tli == 0)
-		{
-			hdr->check_tli = tli;
-			hdr->check_extent = extent;
-			persist_lineage(hdr);
-		}
+		await_replay_past_extent(hdr);
 		return;
 	}
 	if (cf == NULL)
@@ -485,14 +495,10 @@ amr_lineage_at_crash_restart(const ControlFileData *cf, bool replay_from_copy)
 
 	if (cf == NULL || hdr->check_tli != 0)
 		return;
-	if (!replay_from_copy)
+	if (replay_from_copy)
+		await_replay_past_extent(hdr);
+	else
 		lower_to_checkpoint(cf->checkPointCopy.ThisTimeLineID, cf->checkPoint);
-	else if (hdr->wal_extent_tli != 0)
-	{
-		hdr->check_tli = hdr->wal_extent_tli;
-		hdr->check_extent = hdr->wal_extent;
-		persist_lineage(hdr);
-	}
 }
 
 /*

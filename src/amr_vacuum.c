@@ -41,12 +41,11 @@
  * inner nodes, under the tree lock).  On a hot standby the lock's own WAL
  * record, which precedes ours, makes replay wait for (or cancel) the
  * standby's queries on the index, and holds new ones off until VACUUM's
- * transaction ends.  GiST
- * instead waits until no snapshot could still reach a deleted page; amrtree
- * lets a freed id be reused at once, so it takes the lock, as VACUUM does to
- * truncate a table, and, like that truncation, gives up rather than wait:
- * the leaves stay empty until a later VACUUM.  docs/design.md, "Freeing
- * empty leaves".
+ * transaction ends.  GiST instead waits until no snapshot could still reach
+ * a deleted page; amrtree lets a freed id be reused at once, so it takes the
+ * lock, as VACUUM does to truncate a table, and, like that truncation, gives
+ * up rather than wait: the leaves stay empty until a later VACUUM.
+ * docs/design.md, "Freeing empty leaves".
  *
  *-------------------------------------------------------------------------
  */
