@@ -33,6 +33,23 @@ use AmrWal;
 my $primary = amrwal_primary('sa_p', rows => 12000, seed => 31);
 amrwal_setup($primary);
 amrwal_windows($primary, 'trips', 60);
+my $window = q{'(-8.55,41.20),(-8.70,41.09)'::box};
+
+# On a standby whose pool is ahead of replay: the index waits for replay to
+# pass $until, and a query that prefers it returns every row.
+sub index_waits
+{
+	my ($node, $prefix, $until) = @_;
+	like(amrwal_query($node, q{SELECT status FROM amrtree_index_stats('trips_b')}),
+		qr/amrtree indexes cannot be used until WAL replay reaches/,
+		"${prefix}the index waits for replay to pass $until");
+	is($node->safe_psql('postgres',
+			"SET enable_seqscan = off; SET enable_bitmapscan = off; SELECT count(*) FROM trips WHERE b && $window"),
+		$node->safe_psql('postgres',
+			"SET enable_indexscan = off; SET enable_indexonlyscan = off; SET enable_bitmapscan = off; SELECT count(*) FROM trips WHERE b && $window"),
+		"${prefix}a query that prefers the index returns every row");
+}
+
 $primary->backup('b');
 my $standby = PostgreSQL::Test::Cluster->new('sa_s');
 $standby->init_from_backup($primary, 'b', has_streaming => 1);
@@ -55,15 +72,7 @@ $standby->start;
 ok($standby->poll_query_until('postgres', q{SELECT pg_get_wal_replay_pause_state() = 'paused'}),
 	'replay paused before the DELETE');
 is($standby->safe_psql('postgres', 'SELECT count(*) FROM trips'), $rows, 'there, the table has every row');
-like(amrwal_query($standby, q{SELECT status FROM amrtree_index_stats('trips_b')}),
-	qr/amrtree indexes cannot be used until WAL replay reaches/,
-	'the index waits for replay to pass the pool');
-my $window = q{'(-8.55,41.20),(-8.70,41.09)'::box};
-is($standby->safe_psql('postgres',
-		"SET enable_seqscan = off; SET enable_bitmapscan = off; SELECT count(*) FROM trips WHERE b && $window"),
-	$standby->safe_psql('postgres',
-		"SET enable_indexscan = off; SET enable_indexonlyscan = off; SET enable_bitmapscan = off; SELECT count(*) FROM trips WHERE b && $window"),
-	'a query that prefers the index returns every row');
+index_waits($standby, '', 'the pool');
 unlike($standby->safe_psql('postgres', "SET enable_seqscan = off; EXPLAIN (COSTS OFF) SELECT count(*) FROM trips WHERE b && $window"),
 	qr/trips_b/, '... because the plan leaves the index out');
 
@@ -113,14 +122,7 @@ sub restart_with_unknown_extent
 		"$what: the extent is taken from the WAL in pg_wal");
 	is($standby->safe_psql('postgres', 'SELECT count(*) FROM trips'), $rows,
 		"$what: there, a count returns every row");
-	like(amrwal_query($standby, q{SELECT status FROM amrtree_index_stats('trips_b')}),
-		qr/amrtree indexes cannot be used until WAL replay reaches/,
-		"$what: the index waits for replay to pass the end of that WAL");
-	is($standby->safe_psql('postgres',
-			"SET enable_seqscan = off; SET enable_bitmapscan = off; SELECT count(*) FROM trips WHERE b && $window"),
-		$standby->safe_psql('postgres',
-			"SET enable_indexscan = off; SET enable_indexonlyscan = off; SET enable_bitmapscan = off; SELECT count(*) FROM trips WHERE b && $window"),
-		"$what: a query that prefers the index returns every row");
+	index_waits($standby, "$what: ", 'the end of that WAL');
 
 	$standby->append_conf('postgresql.conf', "amrtree.fault_injection = ''\nrecovery_target_lsn = ''\n");
 	$standby->restart;
@@ -228,14 +230,7 @@ is($crashy->safe_psql('postgres',
 # the planner may count through any index; the amrtree one counted 3697 of
 # 4927 rows here before the fix
 is($crashy->safe_psql('postgres', 'SELECT count(*) FROM trips'), $rows, 'backend crash: a count returns every row');
-like(amrwal_query($crashy, q{SELECT status FROM amrtree_index_stats('trips_b')}),
-	qr/amrtree indexes cannot be used until WAL replay reaches/,
-	'backend crash: the index waits for replay to pass the pool');
-is($crashy->safe_psql('postgres',
-		"SET enable_seqscan = off; SET enable_bitmapscan = off; SELECT count(*) FROM trips WHERE b && $window"),
-	$crashy->safe_psql('postgres',
-		"SET enable_indexscan = off; SET enable_indexonlyscan = off; SET enable_bitmapscan = off; SELECT count(*) FROM trips WHERE b && $window"),
-	'backend crash: a query that prefers the index returns every row');
+index_waits($crashy, 'backend crash: ', 'the pool');
 $crashy->append_conf('postgresql.conf', "recovery_min_apply_delay = 0\n");
 $crashy->reload;
 $primary->wait_for_catchup($crashy);
