@@ -35,6 +35,7 @@ OBJS = \
 	src/amr_opclass.o \
 	src/amr_leafstore.o \
 	src/amr_lineage.o \
+	src/amr_plan.o \
 	src/amr_pool.o \
 	src/amr_pins.o \
 	src/amr_reconcile.o \

@@ -833,6 +833,19 @@ def cmd_compare(args):
                                        tag='g', logdir=os.path.join(cl.dir, 'pgbench-logs'))
                         qres.setdefault((label, cfg, am), []).append(r)
                 report_runs(res, out, qres, label, configs)
+            # the same windows through ST_Intersects, with no && written
+            for s_ in sels:
+                label = 'postgis ST_Intersects %s' % pct(s_)
+                for rnd in range(rounds):
+                    for cfg, am in rotated(geo_series, rnd):
+                        cl = clusters[cfg]
+                        r = cl.pgbench([os.path.join(SCRIPTS, 'geo_intersects.sql')], clients,
+                                       seconds=seconds,
+                                       defines={'n': ncenters, 'tbl': 'geo_' + am,
+                                                'hw': windows[s_][0], 'hh': windows[s_][1]},
+                                       tag='gi', logdir=os.path.join(cl.dir, 'pgbench-logs'))
+                        qres.setdefault((label, cfg, am), []).append(r)
+                report_runs(res, out, qres, label, configs)
             for cfg, cl in clusters.items():
                 cl.sql('DROP TABLE geo_amrtree, geo_gist')
         else:

@@ -382,6 +382,7 @@ _PG_init(void)
 	amr_shmem_init_hooks();
 	amr_directory_register_hooks();
 	amr_heal_register_hooks();
+	amr_plan_register_hooks();
 	amr_pins_register_callbacks();
 	amr_tier_register_callbacks();
 	amr_register_worker();

@@ -490,6 +490,11 @@ extern PGDLLEXPORT void amr_rebuild_worker_main(Datum main_arg);
 /* Object access hook: a relation was created (a rebuild notes its copy). */
 extern void amr_heal_note_created(Oid relid);
 
+/* ---- planner support functions that serve only GiST (amr_plan.c) ---- */
+
+/* Install the planner hook that lets them serve amrtree's twin families. */
+extern void amr_plan_register_hooks(void);
+
 /* At preload: the drop and utility hooks and the transaction callbacks. */
 extern void amr_directory_register_hooks(void);
 
