@@ -40,9 +40,7 @@
 #include "catalog/pg_am.h"
 #include "catalog/pg_amop.h"
 #include "catalog/pg_class.h"
-#include "catalog/pg_opclass.h"
 #include "commands/defrem.h"
-#include "nodes/nodeFuncs.h"
 #include "nodes/pathnodes.h"
 #include "optimizer/paths.h"
 #include "utils/catcache.h"
@@ -190,7 +188,7 @@ index_as_twin(IndexOptInfo *index)
 			continue;
 		if (copy == NULL)
 		{
-			copy = makeNode(IndexOptInfo);
+			copy = palloc(sizeof(IndexOptInfo));
 			memcpy(copy, index, sizeof(IndexOptInfo));
 			copy->opfamily = palloc(sizeof(Oid) * index->nkeycolumns);
 			memcpy(copy->opfamily, index->opfamily, sizeof(Oid) * index->nkeycolumns);
