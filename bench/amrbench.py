@@ -821,31 +821,22 @@ def cmd_compare(args):
                 log('  PostGIS build %-4s amrtree %.3f s  GiST %.3f s  (GiST time / amrtree time %.2f)'
                     % (cfg, m['amrtree'], m['gist'], ratio(m['gist'], m['amrtree'])))
             geo_series = [(cfg, am) for cfg in configs for am in geo_ams]
-            for s_ in sels:
-                label = 'postgis && %s' % pct(s_)
-                for rnd in range(rounds):
-                    for cfg, am in rotated(geo_series, rnd):
-                        cl = clusters[cfg]
-                        r = cl.pgbench([os.path.join(SCRIPTS, 'geo_range.sql')], clients,
-                                       seconds=seconds,
-                                       defines={'n': ncenters, 'tbl': 'geo_' + am,
-                                                'hw': windows[s_][0], 'hh': windows[s_][1]},
-                                       tag='g', logdir=os.path.join(cl.dir, 'pgbench-logs'))
-                        qres.setdefault((label, cfg, am), []).append(r)
-                report_runs(res, out, qres, label, configs)
-            # the same windows through ST_Intersects, with no && written
-            for s_ in sels:
-                label = 'postgis ST_Intersects %s' % pct(s_)
-                for rnd in range(rounds):
-                    for cfg, am in rotated(geo_series, rnd):
-                        cl = clusters[cfg]
-                        r = cl.pgbench([os.path.join(SCRIPTS, 'geo_intersects.sql')], clients,
-                                       seconds=seconds,
-                                       defines={'n': ncenters, 'tbl': 'geo_' + am,
-                                                'hw': windows[s_][0], 'hh': windows[s_][1]},
-                                       tag='gi', logdir=os.path.join(cl.dir, 'pgbench-logs'))
-                        qres.setdefault((label, cfg, am), []).append(r)
-                report_runs(res, out, qres, label, configs)
+            # the windows through && (geo_range.sql), then through
+            # ST_Intersects with no && written (geo_intersects.sql)
+            for script, name, tag in [('geo_range.sql', 'postgis &&', 'g'),
+                                      ('geo_intersects.sql', 'postgis ST_Intersects', 'gi')]:
+                for s_ in sels:
+                    label = '%s %s' % (name, pct(s_))
+                    for rnd in range(rounds):
+                        for cfg, am in rotated(geo_series, rnd):
+                            cl = clusters[cfg]
+                            r = cl.pgbench([os.path.join(SCRIPTS, script)], clients,
+                                           seconds=seconds,
+                                           defines={'n': ncenters, 'tbl': 'geo_' + am,
+                                                    'hw': windows[s_][0], 'hh': windows[s_][1]},
+                                           tag=tag, logdir=os.path.join(cl.dir, 'pgbench-logs'))
+                            qres.setdefault((label, cfg, am), []).append(r)
+                    report_runs(res, out, qres, label, configs)
             for cfg, cl in clusters.items():
                 cl.sql('DROP TABLE geo_amrtree, geo_gist')
         else:
