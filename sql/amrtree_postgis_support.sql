@@ -97,6 +97,15 @@ SELECT id FROM sf_geo WHERE ST_DWithin('POINT(3 3)', g, 0.5);
 EXPLAIN (COSTS OFF)
 SELECT id FROM sf_geo WHERE ST_Contains(g, 'POINT(2 2)');
 
+-- an OR of calls: a BitmapOr of two index scans, as GiST gets
+EXPLAIN (COSTS OFF)
+SELECT id FROM sf_geo WHERE ST_Intersects(g, 'POINT(2 2)') OR ST_DWithin(g, 'POINT(50 20)', 1);
+SELECT sf_ids('ST_Intersects(g, ''POINT(2 2)'') OR ST_DWithin(g, ''POINT(50 20)'', 1)', 'bitmap') =
+       sf_ids('ST_Intersects(g, ''POINT(2 2)'') OR ST_DWithin(g, ''POINT(50 20)'', 1)', 'seq')
+  AS or_agrees,
+       cardinality(sf_ids('ST_Intersects(g, ''POINT(2 2)'') OR ST_DWithin(g, ''POINT(50 20)'', 1)', 'seq'))
+  AS or_rows;
+
 -- joins: each probe rescans the index (a parameterized path), as with GiST
 CREATE TABLE sf_probe (pid int, p geometry);
 INSERT INTO sf_probe SELECT i, ST_MakePoint(random() * 200 - 100, random() * 100 - 50)

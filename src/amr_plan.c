@@ -22,8 +22,8 @@
  *
  * So after the core planner has made a relation's paths
  * (set_rel_pathlist_hook), if the relation has an amrtree index with a twin
- * and one of its restriction or join clauses is a call of a function that
- * has a support function, the index paths are made again with each such index listed
+ * and one of its restriction or join clauses calls a function that has a
+ * support function (alone, or in an arm of an OR), the index paths are made again with each such index listed
  * under its twin's families (a copy of its IndexOptInfo), and add_path keeps
  * what is cheaper.  The support function then sees the GiST family, and the
  * paths -- plain, bitmap, index-only, parameterized for nested loops -- and
@@ -199,15 +199,26 @@ index_as_twin(IndexOptInfo *index)
 }
 
 /*
- * Does the clause call a function that has planner support?  Only calls:
- * an operator in a clause is matched against the index's family itself, and
+ * Does the clause call a function that has planner support, alone or as an
+ * arm of an OR (bitmap OR paths) or of an AND inside one?  Only calls: an
+ * operator in a clause is matched against the index's family itself, and
  * PostGIS answers for function calls alone.
  */
 static bool
-clause_has_support(RestrictInfo *rinfo)
+clause_has_support(Node *clause)
 {
-	return IsA(rinfo->clause, FuncExpr) &&
-		OidIsValid(get_func_support(((FuncExpr *) rinfo->clause)->funcid));
+	ListCell   *lc;
+
+	if (IsA(clause, FuncExpr))
+		return OidIsValid(get_func_support(((FuncExpr *) clause)->funcid));
+	if (!IsA(clause, BoolExpr) || ((BoolExpr *) clause)->boolop == NOT_EXPR)
+		return false;
+	foreach(lc, ((BoolExpr *) clause)->args)
+	{
+		if (clause_has_support((Node *) lfirst(lc)))
+			return true;
+	}
+	return false;
 }
 
 static bool
@@ -217,12 +228,12 @@ rel_has_supported_clause(RelOptInfo *rel)
 
 	foreach(lc, rel->baserestrictinfo)
 	{
-		if (clause_has_support(lfirst_node(RestrictInfo, lc)))
+		if (clause_has_support((Node *) lfirst_node(RestrictInfo, lc)->clause))
 			return true;
 	}
 	foreach(lc, rel->joininfo)
 	{
-		if (clause_has_support(lfirst_node(RestrictInfo, lc)))
+		if (clause_has_support((Node *) lfirst_node(RestrictInfo, lc)->clause))
 			return true;
 	}
 	return false;
