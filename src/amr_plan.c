@@ -17,15 +17,15 @@
  * numbers, for the same types, with the same orderings -- has that GiST
  * family as its *twin*: a condition built from the twin is made of operators
  * the amrtree family has under the same numbers, which the amrtree index
- * answers exactly as GiST does.  amrtree_postgis.geometry_ops_2d is the twin
- * of PostGIS's gist_geometry_ops_2d.
+ * answers exactly as it answers them written by hand.  The geometry_ops_2d
+ * of amrtree_postgis is the twin of PostGIS's gist_geometry_ops_2d.
  *
  * So after the core planner has made a relation's paths
  * (set_rel_pathlist_hook), if the relation has an amrtree index with a twin
  * and one of its restriction or join clauses calls a function that has a
- * support function (alone, or in an arm of an OR), the index paths are made again with each such index listed
- * under its twin's families (a copy of its IndexOptInfo), and add_path keeps
- * what is cheaper.  The support function then sees the GiST family, and the
+ * support function (alone, or in an arm of an OR), the index paths are made
+ * again with each such index listed under its twin's families (a copy of
+ * its IndexOptInfo), and add_path keeps what is cheaper.  The support function then sees the GiST family, and the
  * paths -- plain, bitmap, index-only, parameterized for nested loops -- and
  * their costs are those a GiST index gets.  The copies live only in those
  * paths: after path generation nothing reads an index path's families, and
