@@ -25,12 +25,13 @@
  * and one of its restriction or join clauses calls a function that has a
  * support function (alone, or in an arm of an OR), the index paths are made
  * again with each such index listed under its twin's families (a copy of
- * its IndexOptInfo), and add_path keeps what is cheaper.  The support function then sees the GiST family, and the
- * paths -- plain, bitmap, index-only, parameterized for nested loops -- and
- * their costs are those a GiST index gets.  The copies live only in those
- * paths: after path generation nothing reads an index path's families, and
- * the executor takes the families from the index relation itself, where an
- * operator outside amrtree's family would be an error, never a wrong row.
+ * its IndexOptInfo), and add_path keeps what is cheaper.  The support
+ * function then sees the GiST family, and the paths -- plain, bitmap,
+ * index-only, parameterized for nested loops -- and their costs are those
+ * a GiST index gets.  The copies live only in those paths: after path
+ * generation nothing reads an index path's families, and the executor takes
+ * the families from the index relation itself, where an operator outside
+ * amrtree's family would be an error, never a wrong row.
  *
  *-------------------------------------------------------------------------
  */
@@ -141,7 +142,6 @@ gist_twin(Oid family, Oid intype)
 {
 	AmrTwinKey	key;
 	AmrTwinEntry *entry;
-	bool		found;
 
 	memset(&key, 0, sizeof(key));
 	key.family = family;
@@ -162,7 +162,7 @@ gist_twin(Oid family, Oid intype)
 		}
 		/* entered only now: the lookups above may have reset the cache */
 		twin_cache_ensure();
-		entry = hash_search(twin_cache, &key, HASH_ENTER, &found);
+		entry = hash_search(twin_cache, &key, HASH_ENTER, NULL);
 		entry->twin = twin;
 	}
 	return entry->twin;
@@ -221,17 +221,13 @@ clause_has_support(Node *clause)
 	return false;
 }
 
+/* Does any of a list of RestrictInfos call such a function? */
 static bool
-rel_has_supported_clause(RelOptInfo *rel)
+any_clause_has_support(List *rinfos)
 {
 	ListCell   *lc;
 
-	foreach(lc, rel->baserestrictinfo)
-	{
-		if (clause_has_support((Node *) lfirst_node(RestrictInfo, lc)->clause))
-			return true;
-	}
-	foreach(lc, rel->joininfo)
+	foreach(lc, rinfos)
 	{
 		if (clause_has_support((Node *) lfirst_node(RestrictInfo, lc)->clause))
 			return true;
@@ -274,7 +270,9 @@ amr_set_rel_pathlist(PlannerInfo *root, RelOptInfo *rel, Index rti,
 	 */
 	if (rel->rtekind != RTE_RELATION || rte->inh || rte->tablesample != NULL ||
 		rte->relkind == RELKIND_FOREIGN_TABLE || IS_DUMMY_REL(rel) ||
-		!rel_has_amrtree_index(rel) || !rel_has_supported_clause(rel))
+		!rel_has_amrtree_index(rel) ||
+		!(any_clause_has_support(rel->baserestrictinfo) ||
+		  any_clause_has_support(rel->joininfo)))
 		return;
 
 	foreach(lc, rel->indexlist)
