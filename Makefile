@@ -6,7 +6,7 @@ srcdir ?= .
 # amrtree--0.1.sql, the first release's install script, ships so that the
 # update path 0.1 -> 0.4 can be tested (t/026) as users take it.
 DATA = sql/amrtree--0.4.sql sql/amrtree--0.1.sql sql/amrtree--0.1--0.2.sql sql/amrtree--0.2--0.3.sql \
-	sql/amrtree--0.3--0.4.sql sql/amrtree_postgis--0.1.sql
+	sql/amrtree--0.3--0.4.sql sql/amrtree_postgis--0.1.sql sql/amrtree_postgis--0.1--0.2.sql
 PGFILEDESC = "amrtree - AMR-Tree index access method"
 
 CORE_OBJS = \
@@ -29,6 +29,7 @@ OBJS = \
 	src/amr_directory.o \
 	src/amr_fault.o \
 	src/amr_funcs.o \
+	src/amr_geography.o \
 	src/amr_heal.o \
 	src/amr_writeback.o \
 	src/amr_insert.o \

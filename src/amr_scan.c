@@ -122,6 +122,8 @@ typedef struct AmrScanOpaqueData
 	int			order_fast;		/* ORDER_FAST_*: the distance without fmgr */
 	AmrBox		order_box;		/* the query point, or its value's box */
 	FmgrInfo	order_bbox_fn;	/* the query value -> box */
+	FmgrInfo   *order_bound_fn; /* support function 3, or NULL: the planar
+								 * distance bounds a lossy key */
 	AmrKnnSearch knn;
 	AmrKnnHit  *hits;			/* entries fed to the search, by payload */
 	size_t		nhits;			/* payloads handed out (live or free) */
@@ -256,6 +258,29 @@ static inline bool
 float4_boxes_overlap(const AmrBox *k, const AmrBox *q)
 {
 	return k->xlo <= q->xhi && q->xlo <= k->xhi && k->ylo <= q->yhi && q->ylo <= k->yhi;
+}
+
+/*
+ * The bound of a key box (a node's, a leaf's or an entry's) by the operator
+ * class's support function 3 (AmrKnnBoundFn; arg is its FmgrInfo): the box
+ * and the query's box go by reference, as the function only reads them.
+ */
+static double
+class_distance_bound(const AmrFBox *b, const AmrBox *q, void *arg)
+{
+	BOX			key;
+	BOX			query;
+
+	key.low.x = b->xlo;
+	key.low.y = b->ylo;
+	key.high.x = b->xhi;
+	key.high.y = b->yhi;
+	query.low.x = q->xlo;
+	query.low.y = q->ylo;
+	query.high.x = q->xhi;
+	query.high.y = q->yhi;
+	return DatumGetFloat8(FunctionCall2((FmgrInfo *) arg, BoxPGetDatum(&key),
+										BoxPGetDatum(&query)));
 }
 
 IndexScanDesc
@@ -442,6 +467,11 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 				amr_query_box(scan->indexRelation, ok->sk_subtype, ok->sk_argument,
 							  &so->order_bbox_fn, so->scan_cxt, &so->order_box);
 			so->order_exact = so->key_exact;
+			so->order_bound_fn = NULL;
+			if (!so->order_exact &&
+				OidIsValid(index_getprocid(scan->indexRelation, 1, AMR_DISTANCE_PROC)))
+				so->order_bound_fn = index_getprocinfo(scan->indexRelation, 1,
+													   AMR_DISTANCE_PROC);
 
 			/*
 			 * A lossy class's distance is the operator's, which the index
@@ -640,6 +670,8 @@ start_scan(IndexScanDesc scan)
 			PredicateLockRelation(scan->indexRelation, scan->xs_snapshot);
 		amr_knn_begin_box(&so->knn, &amr_store, t, &so->order_box);
 		amr_knn_set_lossy(&so->knn, !so->order_exact);
+		if (so->order_bound_fn)
+			amr_knn_set_bound_fn(&so->knn, class_distance_bound, so->order_bound_fn);
 		return;
 	}
 	if (so->want_box_side)
@@ -1135,8 +1167,10 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 		{
 			AmrFBox		fb = amr_fbox_from_box(&en->key);
 
-			distance = amr_lossy_lower_bound(amr_fbox_box_lower_bound(&fb, &so->order_box),
-											 &fb, &so->order_box);
+			distance = so->order_bound_fn ?
+				class_distance_bound(&fb, &so->order_box, so->order_bound_fn) :
+				amr_lossy_lower_bound(amr_fbox_box_lower_bound(&fb, &so->order_box),
+									  &fb, &so->order_box);
 		}
 		amr_knn_add_entry(&so->knn, distance, seq, payload, !so->order_exact);
 	}

@@ -27,7 +27,9 @@
  * operator other than box and the indexed type.  The ordering operator, if
  * any, is strategy 15 (or PostGIS's 13 and 14): a distance from the indexed
  * value to a point or to a value that support function 1 maps, returning
- * float8, ordered by a btree family (float_ops).
+ * float8, ordered by a btree family (float_ops).  Support function 2
+ * (box -> T) and 3 ((box, box) -> float8, the distance bound of keys that
+ * are not planar) are optional, registered for the indexed type.
  */
 
 /* Whether the family has support function 1 for type typid. */
@@ -93,6 +95,23 @@ amrvalidate(Oid opclassoid)
 				procform->amprocrighttype != opcintype ||
 				!check_amproc_signature(procform->amproc, opcintype, true, 1, 1,
 										BOXOID))
+			{
+				ereport(INFO,
+						(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
+						 errmsg("operator family \"%s\" of access method %s contains function %s with wrong signature for support number %d",
+								opfamilyname, "amrtree",
+								format_procedure(procform->amproc),
+								procform->amprocnum)));
+				result = false;
+			}
+			continue;
+		}
+		if (procform->amprocnum == AMR_DISTANCE_PROC)
+		{
+			if (procform->amproclefttype != opcintype ||
+				procform->amprocrighttype != opcintype ||
+				!check_amproc_signature(procform->amproc, FLOAT8OID, true, 2, 2,
+										BOXOID, BOXOID))
 			{
 				ereport(INFO,
 						(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),

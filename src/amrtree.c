@@ -400,7 +400,7 @@ amrtree_handler(PG_FUNCTION_ARGS)
 
 	/* like GiST: strategies are not a fixed set, amvalidate checks them */
 	amroutine->amstrategies = 0;
-	amroutine->amsupport = 2;
+	amroutine->amsupport = 3;
 	amroutine->amoptsprocnum = 0;
 	amroutine->amcanorder = false;
 	amroutine->amcanorderbyop = true;

@@ -664,6 +664,13 @@ extern bytea *amroptions(Datum reloptions, bool validate);
 #define AMR_BBOX_PROC				1
 /* Support function 2 (optional): the value a key box represents (box -> T). */
 #define AMR_FETCH_PROC				2
+/*
+ * Support function 3 (optional): a lower bound of the ordering operator's
+ * distance between any value whose key lies in the first box and a query
+ * whose box is the second ((box, box) -> float8), for keys that are not
+ * planar (amrtree_geography_distance); without it, the planar distance.
+ */
+#define AMR_DISTANCE_PROC			3
 
 /* GiST's strategy numbers beyond the twelve box relations (point_ops) */
 #define AMR_STRAT_POINT_IN_BOX		28	/* point <@ box */

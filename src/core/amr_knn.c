@@ -186,6 +186,8 @@ amr_knn_begin_box(AmrKnnSearch *s, const AmrStore *store, const AmrTree *tree,
 	s->tree = tree;
 	s->query = *query;
 	s->lossy = false;
+	s->bound_fn = NULL;
+	s->bound_arg = NULL;
 	s->tree_read = false;
 	s->inner_nodes_seen = 0;
 	s->split_base = 0;
@@ -211,11 +213,22 @@ amr_knn_set_lossy(AmrKnnSearch *s, bool lossy)
 	s->lossy = lossy;
 }
 
+void
+amr_knn_set_bound_fn(AmrKnnSearch *s, AmrKnnBoundFn fn, void *arg)
+{
+	s->bound_fn = fn;
+	s->bound_arg = arg;
+}
+
 /* The bound of a node's or leaf's box, for the search's kind of distance. */
 static double
 box_bound(const AmrKnnSearch *s, const AmrFBox *b)
 {
-	double		bound = amr_fbox_box_lower_bound(b, &s->query);
+	double		bound;
+
+	if (s->bound_fn)
+		return s->bound_fn(b, &s->query, s->bound_arg);
+	bound = amr_fbox_box_lower_bound(b, &s->query);
 
 	return s->lossy ? amr_lossy_lower_bound(bound, b, &s->query) : bound;
 }

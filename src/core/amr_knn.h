@@ -128,6 +128,13 @@ typedef struct AmrKnnItem
 #define AMR_KNN_ORDER_BOUND		(UINT64_C(1) << 61)
 #define AMR_KNN_SEQ_MASK		(AMR_KNN_ORDER_BOUND - 1)
 
+/*
+ * A lower bound of the distance between the query (whose box is q) and any
+ * value whose key lies in box b.  It must not exceed the bound of a box
+ * inside b, or entries could come out of order.
+ */
+typedef double (*AmrKnnBoundFn) (const AmrFBox *b, const AmrBox *q, void *arg);
+
 typedef struct AmrKnnSearch
 {
 	AmrReallocFn realloc_fn;
@@ -143,6 +150,8 @@ typedef struct AmrKnnSearch
 	AmrBox		query;			/* a point is a degenerate box */
 	bool		lossy;			/* bounds for a lossy class's distances
 								 * (amr_lossy_lower_bound) */
+	AmrKnnBoundFn bound_fn;		/* the operator class's own bounds, or NULL */
+	void	   *bound_arg;
 
 	bool		tree_read;		/* the root has been queued */
 	uint64_t	inner_nodes_seen;	/* AmrTree.ninner when nodes were read */
@@ -199,6 +208,13 @@ extern void amr_knn_begin_box(AmrKnnSearch *s, const AmrStore *store,
  * against are a lossy operator class's (circle, polygon), not the boxes'.
  */
 extern void amr_knn_set_lossy(AmrKnnSearch *s, bool lossy);
+
+/*
+ * After amr_knn_begin_box: bound nodes and leaves by fn instead of the
+ * planar distance between boxes (an operator class whose keys are not
+ * planar, such as longitude/latitude boxes on a sphere).
+ */
+extern void amr_knn_set_bound_fn(AmrKnnSearch *s, AmrKnnBoundFn fn, void *arg);
 
 /* Whether the next amr_knn_next call may read inner nodes (tree lock). */
 extern bool amr_knn_next_reads_tree(const AmrKnnSearch *s);
