@@ -181,6 +181,23 @@ WHERE amr_dists IS DISTINCT FROM seq_dists
        WHERE d < amr_dists[k]) IS DISTINCT FROM
       (SELECT array_agg(a ORDER BY a) FROM unnest(seq_ids, seq_dists) u (a, d)
        WHERE d < seq_dists[k]);
+-- the bound itself (support function 3): never above <->, close to it
+-- for nearby values, and never larger for a box than for a box inside it
+CREATE TABLE gg_pairs AS
+SELECT a.g <-> b.g AS exact,
+       amrtree_geography_distance(amrtree_geography_bbox(a.g), amrtree_geography_bbox(b.g)) AS bound,
+       amrtree_geography_distance(box(point((ka[1])[0] - 0.5, (ka[1])[1] - 0.5),
+                                      point((ka[0])[0] + 0.5, (ka[0])[1] + 0.5)),
+                                  amrtree_geography_bbox(b.g)) AS wider_bound,
+       GeometryType(a.g) = 'POINT' AND GeometryType(b.g) = 'POINT' AS points
+FROM (SELECT g, amrtree_geography_bbox(g) AS ka FROM gg WHERE id % 20 = 0 OR id > 4600) a,
+     (SELECT g FROM gg WHERE id % 97 = 0 OR id > 4600 UNION ALL SELECT q FROM gq) b
+WHERE NOT ST_IsEmpty(a.g::geometry) AND NOT ST_IsEmpty(b.g::geometry);
+SELECT count(*) AS pairs, count(*) FILTER (WHERE bound > exact) AS above,
+       count(*) FILTER (WHERE wider_bound > bound) AS not_monotone,
+       round(min(bound / exact) FILTER (WHERE points AND exact BETWEEN 1000 AND 1000000)::numeric, 3)
+         AS tightness_points
+FROM gg_pairs;
 EXPLAIN (COSTS OFF)
 SELECT id FROM gg ORDER BY g <-> 'POINT(139.69 35.69)'::geography LIMIT 5;
 -- all of it, NULL and empty values last

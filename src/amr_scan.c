@@ -122,8 +122,9 @@ typedef struct AmrScanOpaqueData
 	int			order_fast;		/* ORDER_FAST_*: the distance without fmgr */
 	AmrBox		order_box;		/* the query point, or its value's box */
 	FmgrInfo	order_bbox_fn;	/* the query value -> box */
-	FmgrInfo   *order_bound_fn; /* support function 3, or NULL: the planar
+	AmrKnnBoundFn order_bound;	/* by support function 3, or NULL: the planar
 								 * distance bounds a lossy key */
+	void	   *order_bound_arg;
 	AmrKnnSearch knn;
 	AmrKnnHit  *hits;			/* entries fed to the search, by payload */
 	size_t		nhits;			/* payloads handed out (live or free) */
@@ -467,11 +468,18 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 				amr_query_box(scan->indexRelation, ok->sk_subtype, ok->sk_argument,
 							  &so->order_bbox_fn, so->scan_cxt, &so->order_box);
 			so->order_exact = so->key_exact;
-			so->order_bound_fn = NULL;
+			so->order_bound = NULL;
 			if (!so->order_exact &&
 				OidIsValid(index_getprocid(scan->indexRelation, 1, AMR_DISTANCE_PROC)))
-				so->order_bound_fn = index_getprocinfo(scan->indexRelation, 1,
-													   AMR_DISTANCE_PROC);
+			{
+				FmgrInfo   *fn = index_getprocinfo(scan->indexRelation, 1,
+												   AMR_DISTANCE_PROC);
+
+				/* geography's own bound without fmgr, as order_fast does */
+				so->order_bound = amr_is_geography_bound(fn) ?
+					amr_geography_bound : class_distance_bound;
+				so->order_bound_arg = fn;
+			}
 
 			/*
 			 * A lossy class's distance is the operator's, which the index
@@ -670,8 +678,8 @@ start_scan(IndexScanDesc scan)
 			PredicateLockRelation(scan->indexRelation, scan->xs_snapshot);
 		amr_knn_begin_box(&so->knn, &amr_store, t, &so->order_box);
 		amr_knn_set_lossy(&so->knn, !so->order_exact);
-		if (so->order_bound_fn)
-			amr_knn_set_bound_fn(&so->knn, class_distance_bound, so->order_bound_fn);
+		if (so->order_bound)
+			amr_knn_set_bound_fn(&so->knn, so->order_bound, so->order_bound_arg);
 		return;
 	}
 	if (so->want_box_side)
@@ -1167,8 +1175,8 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 		{
 			AmrFBox		fb = amr_fbox_from_box(&en->key);
 
-			distance = so->order_bound_fn ?
-				class_distance_bound(&fb, &so->order_box, so->order_bound_fn) :
+			distance = so->order_bound ?
+				so->order_bound(&fb, &so->order_box, so->order_bound_arg) :
 				amr_lossy_lower_bound(amr_fbox_box_lower_bound(&fb, &so->order_box),
 									  &fb, &so->order_box);
 		}

@@ -715,6 +715,13 @@ extern void amr_box_from_datum(Relation index, Datum d, AmrBox *out);
  * argtype is a type: a PostgreSQL scan key without a subtype (an exclusion
  * constraint's) holds a value of the indexed type, which amrrescan says.
  */
+/*
+ * geography_ops' distance bound (an AmrKnnBoundFn), and whether fn is the
+ * SQL function that computes it (amr_geography.c).
+ */
+extern double amr_geography_bound(const AmrFBox *b, const AmrBox *q, void *arg);
+extern bool amr_is_geography_bound(const FmgrInfo *fn);
+
 extern void amr_query_box(Relation index, Oid argtype, Datum arg,
 						  FmgrInfo *cache, MemoryContext cxt, AmrBox *out);
 
