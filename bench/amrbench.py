@@ -839,6 +839,41 @@ def cmd_compare(args):
                     report_runs(res, out, qres, label, configs)
             for cfg, cl in clusters.items():
                 cl.sql('DROP TABLE geo_amrtree, geo_gist')
+            # geography (amrtree_postgis 0.2): each box's diagonal as a
+            # line on the sphere; ST_DWithin at two radii and KNN, against
+            # PostGIS's gist_geography_ops
+            gbuild = {(cfg, am): [] for cfg in configs for am in geo_ams}
+            for cfg, cl in clusters.items():
+                for am in geo_ams:
+                    cl.sql(f'DROP TABLE IF EXISTS geog_{am}; CREATE TABLE geog_{am} AS '
+                           f'SELECT id, ST_MakeLine(ST_MakePoint((b[1])[0], (b[1])[1]), '
+                           f'ST_MakePoint((b[0])[0], (b[0])[1]))::geography AS g '
+                           f'FROM src ORDER BY id; ALTER TABLE geog_{am} SET (autovacuum_enabled = off); '
+                           f'CHECKPOINT')
+                    gbuild[(cfg, am)].append(cl.timed(f'CREATE INDEX geog_{am}_g ON geog_{am} USING {am} (g)'))
+                    cl.sql(f'VACUUM ANALYZE geog_{am}')
+                    if am == 'amrtree':
+                        cl.sql(f"SELECT amrtree_settle('geog_{am}_g', 1)")
+            for cfg in configs:
+                m = {am: mean_sd(gbuild[(cfg, am)])[0] for am in geo_ams}
+                out[cfg]['geography_build_s'] = m
+                for am in geo_ams:
+                    res.add(config=cfg, metric='geography_build_time', am=am, value=m[am], unit='s')
+                log('  geography build %-4s amrtree %.3f s  GiST %.3f s  (GiST time / amrtree time %.2f)'
+                    % (cfg, m['amrtree'], m['gist'], ratio(m['gist'], m['amrtree'])))
+            for script, label, defines in [('geog_dwithin.sql', 'geography ST_DWithin 1 km', {'r': 1000}),
+                                           ('geog_dwithin.sql', 'geography ST_DWithin 20 km', {'r': 20000}),
+                                           ('geog_knn.sql', 'geography KNN k=10', {})]:
+                for rnd in range(rounds):
+                    for cfg, am in rotated(geo_series, rnd):
+                        cl = clusters[cfg]
+                        r = cl.pgbench([os.path.join(SCRIPTS, script)], clients, seconds=seconds,
+                                       defines=dict(defines, n=ncenters, tbl='geog_' + am),
+                                       tag='gg', logdir=os.path.join(cl.dir, 'pgbench-logs'))
+                        qres.setdefault((label, cfg, am), []).append(r)
+                report_runs(res, out, qres, label, configs)
+            for cfg, cl in clusters.items():
+                cl.sql('DROP TABLE geog_amrtree, geog_gist')
         else:
             log('  (PostGIS: amrtree_postgis is not available here; not measured)')
         nprobes = min(10000, ncenters)
@@ -1176,6 +1211,10 @@ def compare_ratio_lines(r):
         lines.append(('PostGIS build speed (GiST time / time)',
                       {am: ratio(pb['gist'], pb[am]) if am in pb else None for am in others},
                       '>= 4'))
+    if 'geography_build_s' in r:
+        pb = r['geography_build_s']
+        lines.append(('geography build speed (GiST time / time)',
+                      {am: ratio(pb['gist'], pb[am]) if am in pb else None for am in others}, ''))
     add('build WAL per row (bytes / GiST bytes)', r['build_wal_per_row'])
     add('index size (bytes / GiST bytes)', {am: v['total'] for am, v in r['size_bytes'].items()})
     for label, per in r['tps'].items():
