@@ -72,6 +72,7 @@ typedef struct AmrScanOpaqueData
 	MemoryContext scan_cxt;
 	MemoryContext batch_cxt;
 	MemoryContext eval_cxt;		/* operators and fetches on one leaf's keys */
+	MemoryContext key_cxt;		/* the query boxes' computation, per rescan */
 
 	int			nkeys;
 	AmrScanKey *keys;
@@ -301,6 +302,9 @@ amrbeginscan(Relation r, int nkeys, int norderbys)
 	so->eval_cxt = AllocSetContextCreate(CurrentMemoryContext,
 										 "amrtree scan leaf",
 										 ALLOCSET_SMALL_SIZES);
+	so->key_cxt = AllocSetContextCreate(CurrentMemoryContext,
+										"amrtree scan keys",
+										ALLOCSET_SMALL_SIZES);
 	so->keys = palloc0(sizeof(AmrScanKey) * Max(nkeys, 1));
 	so->pgkeys = palloc0(sizeof(ScanKey) * Max(nkeys, 1));
 	so->lossy = palloc0(sizeof(bool) * Max(nkeys, 1));
@@ -354,9 +358,17 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 	AmrScanOpaque so = (AmrScanOpaque) scan->opaque;
 	bool		search_null = false;
 	bool		search_not_null = false;
+	MemoryContext old_cxt;
 	int			i;
 
 	release_batch(so);
+
+	/*
+	 * What the bounding-box functions allocate for the query values goes with
+	 * the next rescan: a nested loop rescans once per outer row, and in the
+	 * executor's context it stayed until the end of the query.
+	 */
+	MemoryContextReset(so->key_cxt);
 	so->started = false;
 	so->resync_known = false;
 	amr_readahead_reset(&so->readahead);
@@ -409,10 +421,12 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 		 */
 		subtype = OidIsValid(sk->sk_subtype) ? sk->sk_subtype :
 			scan->indexRelation->rd_opcintype[0];
+		old_cxt = MemoryContextSwitchTo(so->key_cxt);
 		so->lossy[so->nkeys] = amr_scankey_from_pg(scan->indexRelation, sk->sk_strategy,
 												   subtype, sk->sk_argument,
 												   &so->bbox_fns[i],
 												   so->scan_cxt, k);
+		MemoryContextSwitchTo(old_cxt);
 		so->recheck |= so->lossy[so->nkeys] && !so->key_exact;
 		so->float4_overlap[so->nkeys] = so->lossy[so->nkeys] && !so->key_exact &&
 			amr_strategy_relation(sk->sk_strategy) == AMR_STRAT_OVERLAP &&
@@ -465,8 +479,12 @@ amrrescan(IndexScanDesc scan, ScanKey scankey, int nscankeys,
 				so->order_box.ylo = so->order_box.yhi = p->y;
 			}
 			else
+			{
+				old_cxt = MemoryContextSwitchTo(so->key_cxt);
 				amr_query_box(scan->indexRelation, ok->sk_subtype, ok->sk_argument,
 							  &so->order_bbox_fn, so->scan_cxt, &so->order_box);
+				MemoryContextSwitchTo(old_cxt);
+			}
 			so->order_exact = so->key_exact;
 			so->order_bound = NULL;
 			if (!so->order_exact &&
