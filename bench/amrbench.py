@@ -813,13 +813,16 @@ def cmd_compare(args):
                     cl.sql(f'VACUUM ANALYZE geo_{am}')
                     if am == 'amrtree':
                         cl.sql(f"SELECT amrtree_settle('geo_{am}_g', 1)")
-            for cfg in configs:
-                m = {am: mean_sd(gbuild[(cfg, am)])[0] for am in geo_ams}
-                out[cfg]['postgis_build_s'] = m
-                for am in geo_ams:
-                    res.add(config=cfg, metric='postgis_build_time', am=am, value=m[am], unit='s')
-                log('  PostGIS build %-4s amrtree %.3f s  GiST %.3f s  (GiST time / amrtree time %.2f)'
-                    % (cfg, m['amrtree'], m['gist'], ratio(m['gist'], m['amrtree'])))
+            def report_builds(key, metric, what):
+                for cfg in configs:
+                    m = {am: mean_sd(gbuild[(cfg, am)])[0] for am in geo_ams}
+                    out[cfg][key] = m
+                    for am in geo_ams:
+                        res.add(config=cfg, metric=metric, am=am, value=m[am], unit='s')
+                    log('  %s build %-4s amrtree %.3f s  GiST %.3f s  (GiST time / amrtree time %.2f)'
+                        % (what, cfg, m['amrtree'], m['gist'], ratio(m['gist'], m['amrtree'])))
+
+            report_builds('postgis_build_s', 'postgis_build_time', 'PostGIS')
             geo_series = [(cfg, am) for cfg in configs for am in geo_ams]
             # the windows through && (geo_range.sql), then through
             # ST_Intersects with no && written (geo_intersects.sql)
@@ -854,13 +857,7 @@ def cmd_compare(args):
                     cl.sql(f'VACUUM ANALYZE geog_{am}')
                     if am == 'amrtree':
                         cl.sql(f"SELECT amrtree_settle('geog_{am}_g', 1)")
-            for cfg in configs:
-                m = {am: mean_sd(gbuild[(cfg, am)])[0] for am in geo_ams}
-                out[cfg]['geography_build_s'] = m
-                for am in geo_ams:
-                    res.add(config=cfg, metric='geography_build_time', am=am, value=m[am], unit='s')
-                log('  geography build %-4s amrtree %.3f s  GiST %.3f s  (GiST time / amrtree time %.2f)'
-                    % (cfg, m['amrtree'], m['gist'], ratio(m['gist'], m['amrtree'])))
+            report_builds('geography_build_s', 'geography_build_time', 'geography')
             for script, label, defines in [('geog_dwithin.sql', 'geography ST_DWithin 1 km', {'r': 1000}),
                                            ('geog_dwithin.sql', 'geography ST_DWithin 20 km', {'r': 20000}),
                                            ('geog_knn.sql', 'geography KNN k=10', {})]:

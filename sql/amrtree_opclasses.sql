@@ -16,6 +16,24 @@ SELECT setseed(0.3);
 SELECT opcname, amvalidate(oid) FROM pg_opclass
 WHERE opcmethod = (SELECT oid FROM pg_am WHERE amname = 'amrtree') ORDER BY opcname;
 
+-- and support functions with the wrong signature are reported: 2 must be
+-- box -> T, 3 (box, box) -> float8; there is no 4
+CREATE FUNCTION oc_box_to_box(box) RETURNS box LANGUAGE sql IMMUTABLE AS 'SELECT $1';
+CREATE FUNCTION oc_box_dist(box) RETURNS float8 LANGUAGE sql IMMUTABLE AS 'SELECT 0::float8';
+CREATE OPERATOR CLASS oc_bad_fetch FOR TYPE polygon USING amrtree AS
+  OPERATOR 3 && (polygon, polygon), FUNCTION 1 amrtree_poly_bbox(polygon),
+  FUNCTION 2 oc_box_to_box(box);
+CREATE OPERATOR CLASS oc_bad_distance FOR TYPE polygon USING amrtree AS
+  OPERATOR 3 && (polygon, polygon), FUNCTION 1 amrtree_poly_bbox(polygon),
+  FUNCTION 3 oc_box_dist(box);
+CREATE OPERATOR CLASS oc_bad_number FOR TYPE polygon USING amrtree AS
+  OPERATOR 3 && (polygon, polygon), FUNCTION 1 amrtree_poly_bbox(polygon),
+  FUNCTION 4 oc_box_to_box(box);
+SELECT opcname, amvalidate(oid) FROM pg_opclass WHERE opcname LIKE 'oc_bad%' ORDER BY opcname;
+DROP OPERATOR FAMILY oc_bad_fetch USING amrtree;
+DROP OPERATOR FAMILY oc_bad_distance USING amrtree;
+DROP FUNCTION oc_box_to_box(box), oc_box_dist(box);
+
 -- ---- data ----
 CREATE TABLE oc_pt (id serial, v point);
 INSERT INTO oc_pt (v) SELECT p FROM unnest(ARRAY['(0.0,0.0)', '(-10.0,0.0)', '(-3.0,4.0)',

@@ -89,54 +89,38 @@ amrvalidate(Oid opclassoid)
 		Form_pg_amproc procform = (Form_pg_amproc) GETSTRUCT(proctup);
 		bool		ok;
 
-		if (procform->amprocnum == AMR_FETCH_PROC)
+		switch (procform->amprocnum)
 		{
-			if (procform->amproclefttype != opcintype ||
-				procform->amprocrighttype != opcintype ||
-				!check_amproc_signature(procform->amproc, opcintype, true, 1, 1,
-										BOXOID))
-			{
+			case AMR_BBOX_PROC:
+				/* T -> box, for the indexed type and any query type */
+				ok = procform->amproclefttype == procform->amprocrighttype &&
+					check_amproc_signature(procform->amproc, BOXOID, true, 1, 1,
+										   procform->amproclefttype);
+				break;
+			case AMR_FETCH_PROC:
+				/* box -> T, for the indexed type */
+				ok = procform->amproclefttype == opcintype &&
+					procform->amprocrighttype == opcintype &&
+					check_amproc_signature(procform->amproc, opcintype, true, 1, 1,
+										   BOXOID);
+				break;
+			case AMR_DISTANCE_PROC:
+				/* (box, box) -> float8, for the indexed type */
+				ok = procform->amproclefttype == opcintype &&
+					procform->amprocrighttype == opcintype &&
+					check_amproc_signature(procform->amproc, FLOAT8OID, true, 2, 2,
+										   BOXOID, BOXOID);
+				break;
+			default:
 				ereport(INFO,
 						(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
-						 errmsg("operator family \"%s\" of access method %s contains function %s with wrong signature for support number %d",
+						 errmsg("operator family \"%s\" of access method %s contains function %s with invalid support number %d",
 								opfamilyname, "amrtree",
 								format_procedure(procform->amproc),
 								procform->amprocnum)));
 				result = false;
-			}
-			continue;
+				continue;
 		}
-		if (procform->amprocnum == AMR_DISTANCE_PROC)
-		{
-			if (procform->amproclefttype != opcintype ||
-				procform->amprocrighttype != opcintype ||
-				!check_amproc_signature(procform->amproc, FLOAT8OID, true, 2, 2,
-										BOXOID, BOXOID))
-			{
-				ereport(INFO,
-						(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
-						 errmsg("operator family \"%s\" of access method %s contains function %s with wrong signature for support number %d",
-								opfamilyname, "amrtree",
-								format_procedure(procform->amproc),
-								procform->amprocnum)));
-				result = false;
-			}
-			continue;
-		}
-		if (procform->amprocnum != AMR_BBOX_PROC)
-		{
-			ereport(INFO,
-					(errcode(ERRCODE_INVALID_OBJECT_DEFINITION),
-					 errmsg("operator family \"%s\" of access method %s contains function %s with invalid support number %d",
-							opfamilyname, "amrtree",
-							format_procedure(procform->amproc),
-							procform->amprocnum)));
-			result = false;
-			continue;
-		}
-		ok = procform->amproclefttype == procform->amprocrighttype &&
-			check_amproc_signature(procform->amproc, BOXOID, true, 1, 1,
-								   procform->amproclefttype);
 		if (!ok)
 		{
 			ereport(INFO,
