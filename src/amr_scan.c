@@ -1193,10 +1193,8 @@ knn_read_leaf(IndexScanDesc scan, const AmrKnnResult *r)
 		{
 			AmrFBox		fb = amr_fbox_from_box(&en->key);
 
-			distance = so->order_bound ?
-				so->order_bound(&fb, &so->order_box, so->order_bound_arg) :
-				amr_lossy_lower_bound(amr_fbox_box_lower_bound(&fb, &so->order_box),
-									  &fb, &so->order_box);
+			/* bounded as the search bounds nodes and leaves */
+			distance = amr_knn_box_bound(&so->knn, &fb);
 		}
 		amr_knn_add_entry(&so->knn, distance, seq, payload, !so->order_exact);
 	}

@@ -220,9 +220,8 @@ amr_knn_set_bound_fn(AmrKnnSearch *s, AmrKnnBoundFn fn, void *arg)
 	s->bound_arg = arg;
 }
 
-/* The bound of a node's or leaf's box, for the search's kind of distance. */
-static double
-box_bound(const AmrKnnSearch *s, const AmrFBox *b)
+double
+amr_knn_box_bound(const AmrKnnSearch *s, const AmrFBox *b)
 {
 	double		bound;
 
@@ -378,7 +377,7 @@ expand_node(AmrKnnSearch *s, uint32_t node_id)
 		{
 			AmrFBox		b = amr_node_entry_box(n, i);
 
-			push_leaf(s, n->child[i], box_bound(s, &b), stamp);
+			push_leaf(s, n->child[i], amr_knn_box_bound(s, &b), stamp);
 		}
 	}
 	else
@@ -387,7 +386,7 @@ expand_node(AmrKnnSearch *s, uint32_t node_id)
 		{
 			AmrFBox		b = amr_node_entry_box(n, i);
 
-			push_node(s, n->child[i], box_bound(s, &b));
+			push_node(s, n->child[i], amr_knn_box_bound(s, &b));
 		}
 	}
 }

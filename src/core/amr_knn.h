@@ -216,6 +216,13 @@ extern void amr_knn_set_lossy(AmrKnnSearch *s, bool lossy);
  */
 extern void amr_knn_set_bound_fn(AmrKnnSearch *s, AmrKnnBoundFn fn, void *arg);
 
+/*
+ * The search's bound for box b (a node's, a leaf's, or a lossy entry's key
+ * rounded to float4): the bound function's, else the planar distance,
+ * lowered for a lossy class.
+ */
+extern double amr_knn_box_bound(const AmrKnnSearch *s, const AmrFBox *b);
+
 /* Whether the next amr_knn_next call may read inner nodes (tree lock). */
 extern bool amr_knn_next_reads_tree(const AmrKnnSearch *s);
 
