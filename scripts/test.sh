@@ -6,7 +6,8 @@
 # amrtree in shared_preload_libraries.  Ends with "N passed, N failed".
 #
 # Usage: scripts/test.sh [--no-deps] [--only core|regress|isolation|tap] [TAP files...]
-#   AMR_REGRESS_TESTS / AMR_ISOLATION_TESTS (space-separated) run a subset.
+#   AMR_REGRESS_TESTS / AMR_ISOLATION_TESTS (space-separated) run a subset;
+#   AMR_TAP_JOBS is how many TAP files run at a time (default 2).
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -165,31 +166,64 @@ digest_tap_failure() {	# file
 		grep -vE 'fault injection|due to administrator command' | head -n 16 || true)$'\n'
 }
 
+# One TAP file, in the background: its output goes to <file>.out, and
+# "status seconds" to <file>.result for tap_file_report.
+tap_file_run() {	# file
+	local f="$1" name status started
+	name=$(basename "$f")
+	started=$SECONDS
+	as_pg "$WORK/src" env PATH="$PG_BIN:$PATH" TESTDIR="$WORK/tap" \
+		PG_TEST_PORT_DIR="$PG_TEST_PORT_DIR" \
+		PG_REGRESS="$PG_PGXS/src/test/regress/pg_regress" \
+		AMR_POOL_TAG="$POOL_TAG" AMR_SRC="$WORK/src" \
+		timeout 1200 prove -v -I "$PG_PGXS/src/test/perl" -I "$WORK/src/t" "$f" \
+		> "$WORK/tap/$name.out" 2>&1 && status=ok || status=fail
+	echo "$status $((SECONDS - started))" > "$WORK/tap/$name.result"
+}
+
+# Print and record what tap_file_run left for a file that has finished.
+tap_file_report() {	# file
+	local f="$1" name status took
+	name=$(basename "$f")
+	read -r status took < "$WORK/tap/$name.result" || { status=fail; took='?'; }
+	grep -E '^(ok|not ok|#)|Result:|Failed|Dubious' "$WORK/tap/$name.out" | grep -v '^# Looks' | tail -40 || true
+	record "tap/$name" "$status"
+	echo "    $f: $status in $took s"
+	if [ "$status" != ok ]; then
+		echo "--- server logs of $f:"
+		tail -n 40 "$WORK"/tap/tmp_check/log/*"$(basename "$f" .pl)"*.log 2>/dev/null || true
+		digest_tap_failure "$f"
+	fi
+}
+
+# The TAP files run AMR_TAP_JOBS at a time (default 2), each reported when
+# it ends.  A file spends most of its time starting, stopping, recovering
+# and waiting for servers, so two at a time on two CPUs take about 60 % of
+# the serial time.  Files share nothing but the machine: each has its own
+# data directories (tmp_check), ports (reserved in PG_TEST_PORT_DIR) and
+# pool files (AmrTree.pm names them after the file).
 run_tap() {
 	say "TAP tests"
 	local files=("${TAP_FILES[@]}")
 	if [ ${#files[@]} -eq 0 ]; then
 		mapfile -t files < <(cd "$WORK/src" && ls t/*.pl)
 	fi
-	local f status started
+	local f done_pid jobs=${AMR_TAP_JOBS:-2}
+	local -A file_of=()
 	mkdir -p "$PG_TEST_PORT_DIR" && chmod 1777 "$PG_TEST_PORT_DIR" 2>/dev/null || true
-	for f in "${files[@]}"; do
+	for f in "${files[@]}" ""; do
+		# wait for a free slot (for the last, empty, entry: for every file)
+		while [ ${#file_of[@]} -gt 0 ] && { [ -z "$f" ] || [ ${#file_of[@]} -ge "$jobs" ]; }; do
+			done_pid=""
+			wait -n -p done_pid "${!file_of[@]}" || true
+			[ -n "$done_pid" ] || continue
+			tap_file_report "${file_of[$done_pid]}"
+			unset "file_of[$done_pid]"
+		done
+		[ -n "$f" ] || break
 		f="t/$(basename "$f")"
-		started=$SECONDS
-		as_pg "$WORK/src" env PATH="$PG_BIN:$PATH" TESTDIR="$WORK/tap" \
-			PG_TEST_PORT_DIR="$PG_TEST_PORT_DIR" \
-			PG_REGRESS="$PG_PGXS/src/test/regress/pg_regress" \
-			AMR_POOL_TAG="$POOL_TAG" AMR_SRC="$WORK/src" \
-			timeout 1200 prove -v -I "$PG_PGXS/src/test/perl" -I "$WORK/src/t" "$f" \
-			> "$WORK/tap/$(basename "$f").out" 2>&1 && status=ok || status=fail
-		grep -E '^(ok|not ok|#)|Result:|Failed|Dubious' "$WORK/tap/$(basename "$f").out" | grep -v '^# Looks' | tail -40 || true
-		record "tap/$(basename "$f")" "$status"
-		echo "    $f: $status in $((SECONDS - started)) s"
-		if [ "$status" != ok ]; then
-			echo "--- server logs of $f:"
-			tail -n 40 "$WORK"/tap/tmp_check/log/*"$(basename "$f" .pl)"*.log 2>/dev/null || true
-			digest_tap_failure "$f"
-		fi
+		tap_file_run "$f" &
+		file_of[$!]="$f"
 	done
 }
 

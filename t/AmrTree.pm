@@ -7,7 +7,7 @@ use strict;
 use warnings;
 
 use Exporter 'import';
-use File::Basename qw(dirname);
+use File::Basename qw(basename dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -17,7 +17,10 @@ our @EXPORT = qw(amr_node amr_pool_path amr_forget_pool amr_standby_own_pool amr
   amr_wait_for_crash_restart amr_pool_header amr_setup_snapshot_checks amr_wait_for_index_use
   amr_check_index_agrees amr_lost_wal_primary);
 
-my $tag = $ENV{AMR_POOL_TAG} || "amrtree-tap-$$-" . time();
+# Pool files are named after the run and the test file, so that files run
+# side by side (scripts/test.sh runs two at a time) never share a pool even
+# where their servers have the same names.
+my $tag = ($ENV{AMR_POOL_TAG} || "amrtree-tap-$$-" . time()) . '-' . basename($0, '.pl');
 my $src = $ENV{AMR_SRC} || dirname(__FILE__) . '/..';
 my @pools;
 
