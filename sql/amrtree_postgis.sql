@@ -277,6 +277,41 @@ GROUP BY op ORDER BY op;
 SELECT amrtree_check('pg_stale_g');
 DROP TABLE pg_stale, pg_stale_q;
 
+-- Coordinates beyond float4's range.  The key is clamped to FLT_MAX there,
+-- and PostGIS's <-> is then no longer bounded below by the gap to it: its
+-- point-in-polygon test meets inf - inf (or an overflow) on an edge to such
+-- a vertex and puts points far outside the polygon inside it, at distance
+-- 0.  An ordered scan queued such rows under the gap to their keys (up to
+-- 3.4e38), and a LIMIT cut them off: rows missing, no error.  They have the
+-- NaN key now (never pruned, distance bound 0, decided on the row); a point
+-- at 3e38 keeps an ordinary key.
+CREATE TABLE pg_huge (id serial, g geometry);
+INSERT INTO pg_huge (g)
+SELECT ST_MakePoint(x * 20 + 3, y * 20 + 7) FROM generate_series(0, 49) x, generate_series(0, 49) y;
+INSERT INTO pg_huge (id, g) VALUES
+  (-1, 'POLYGON((9e137 769,9e137 1e300,1e138 1e300,9e137 769))'),
+  (-2, ST_MakePolygon(ST_MakeLine(ARRAY[ST_MakePoint(9e137, 769), ST_MakePoint(9e137, 'Infinity'),
+                                        ST_MakePoint(1e138, 'Infinity'), ST_MakePoint(9e137, 769)]))),
+  (-3, ST_MakePolygon(ST_MakeLine(ARRAY[ST_MakePoint(500, 557), ST_MakePoint(506.5, 557),
+                                        ST_MakePoint(500, 'Infinity'), ST_MakePoint(500, 557)]))),
+  (-4, ST_MakePoint(1e39, 5)), (-5, ST_MakePoint(3e38, 5)), (-6, ST_MakePoint('Infinity', 5));
+CREATE INDEX pg_huge_g ON pg_huge USING amrtree (g);
+SELECT id, amrtree_postgis_bbox(g) AS key FROM pg_huge WHERE id < 0 ORDER BY id DESC;
+SELECT id, g <-> 'POINT(311 861)' AS distance FROM pg_huge WHERE id IN (-1, -2, -3) ORDER BY id DESC;
+CREATE TABLE pg_huge_q (q geometry);
+INSERT INTO pg_huge_q VALUES ('POINT(311 861)'), ('POINT(517.13 773.58)'), ('POINT(250.5 250.5)'),
+  ('POINT(1e39 5)'), (ST_MakePoint('Infinity', 259)), ('LINESTRING(0 0,1e300 1)');
+SELECT op, count(*) AS comparisons,
+       count(*) FILTER (WHERE pg_knn('pg_huge', op, q, k, 'index') <> pg_knn('pg_huge', op, q, k, 'seq')) AS index_vs_seq
+FROM unnest(ARRAY['<->', '<#>']) op, pg_huge_q, unnest(ARRAY[1, 3, 20]) k
+GROUP BY op ORDER BY op;
+SELECT count(*) AS comparisons,
+       count(*) FILTER (WHERE pg_ids('pg_huge', op, q, 'index') <> pg_ids('pg_huge', op, q, 'seq')) AS index_vs_seq,
+       count(*) FILTER (WHERE pg_ids('pg_huge', op, q, 'bitmap') <> pg_ids('pg_huge', op, q, 'seq')) AS bitmap_vs_seq
+FROM pg_ops, (SELECT q FROM pg_huge_q UNION ALL VALUES ('POLYGON((0 0,0 1000,1000 1000,0 0))'::geometry)) q;
+SELECT amrtree_check('pg_huge_g');
+DROP TABLE pg_huge, pg_huge_q;
+
 DROP TABLE pg_geo, pg_amr, pg_gist, pg_q, pg_ops, pg_result, pg_knn_result, pg_nan;
 DROP FUNCTION pg_ids(text, text, geometry, text);
 DROP FUNCTION pg_knn(text, text, geometry, int, text);

@@ -300,7 +300,8 @@ amrtree_circle_bbox(PG_FUNCTION_ARGS)
  * compare exactly those float4 boxes (its BOX2DF), so the key must be that
  * box, not the float8 one: two geometries whose float4 boxes touch while
  * their float8 boxes do not satisfy "&&".  A value without extent (NULL from
- * a function: an empty geometry) gets a NaN box.
+ * a function: an empty geometry), and one with a coordinate beyond float4's
+ * range, gets a NaN box (below).
  */
 static Oid
 type_namespace(Oid typid)
@@ -389,6 +390,14 @@ box_has_nan(const BOX *b)
 	return isnan(b->low.x) || isnan(b->low.y) || isnan(b->high.x) || isnan(b->high.y);
 }
 
+/* Has b a coordinate outside float4's finite range (no NaN in b)? */
+static bool
+box_beyond_float4(const BOX *b)
+{
+	return fabs(b->low.x) > FLT_MAX || fabs(b->low.y) > FLT_MAX ||
+		fabs(b->high.x) > FLT_MAX || fabs(b->high.y) > FLT_MAX;
+}
+
 /* b rounded outward to float4, clamped to its range (no NaN in b) */
 static void
 box_round_float4(BOX *b)
@@ -466,6 +475,25 @@ amrtree_float4_bbox(PG_FUNCTION_ARGS)
 	 * which side PostGIS looks at.
 	 */
 	if (!have_box || box_has_nan(b) || box_has_nan(&coords))
+	{
+		b->low.x = b->low.y = b->high.x = b->high.y = get_float8_nan();
+		PG_RETURN_BOX_P(b);
+	}
+
+	/*
+	 * A coordinate beyond float4's range (infinite, or finite past FLT_MAX):
+	 * the key, clamped to FLT_MAX, still bounds the boxes the operators
+	 * compare, but not the distance "<->" measures.  PostGIS's
+	 * point-in-polygon test meets inf - inf on an edge to such a vertex and
+	 * finds points far outside the polygon inside it: POLYGON((9e137 769,
+	 * 9e137 Infinity, ...)) <-> POINT(311 861) is 0.  An ordered scan queued
+	 * that row under the gap to its key (3.4e38), and a LIMIT cut it off: a
+	 * row missing from the answer, not an error (PostGIS's GiST fails the
+	 * same query with "index returned tuples in wrong order").  Such a value
+	 * gets the NaN key: never pruned, distance bound 0, every operator
+	 * decided on the row.
+	 */
+	if (box_beyond_float4(b) || box_beyond_float4(&coords))
 	{
 		b->low.x = b->low.y = b->high.x = b->high.y = get_float8_nan();
 		PG_RETURN_BOX_P(b);

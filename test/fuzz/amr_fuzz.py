@@ -337,17 +337,46 @@ class Gen:
             rad = float('nan')
         return "'<%s,%s>'::circle" % (self.ptxt(x, y), self.fs(rad))
 
+    def geom(self):
+        """A PostGIS geometry (SRID 0): a point, line, envelope or polygon,
+        sometimes empty or a collection; coordinates as pt() gives them."""
+        r = self.r.random()
+        if r < 0.04:
+            return "'%s EMPTY'::geometry" % self.r.choice(['POINT', 'POLYGON', 'GEOMETRYCOLLECTION'])
+        x, y = self.pt()
+        if r < 0.45:
+            return 'ST_MakePoint(%s)' % self.plit(x, y)
+        if r < 0.65:
+            x2, y2 = self.pt(near=(x, y))
+            return 'ST_MakeLine(ST_MakePoint(%s), ST_MakePoint(%s))' % (self.plit(x, y), self.plit(x2, y2))
+        # a ring whose first point has a NaN or infinite coordinate is never
+        # closed to PostGIS (it compares |a - b| with a tolerance), and its
+        # functions raise on it, with or without an index
+        x, y = (x if math.isfinite(x) else 500.0), (y if math.isfinite(y) else 500.0)
+        if r < 0.85:
+            return 'ST_MakeEnvelope(%s, %s)' % (self.plit(x, y), self.plit(x + self.size(), y + self.size()))
+        if r < 0.95:
+            return 'ST_MakePolygon(ST_MakeLine(ARRAY[%s]))' % ','.join(
+                'ST_MakePoint(%s)' % self.plit(a, b) for a, b in
+                ((x, y), (x + self.size(), y), (x, y + self.size()), (x, y)))
+        return 'ST_Collect(%s, %s)' % (self.geom(), self.geom())
+
     def val(self, kind, nullp=0.05):
         if self.r.random() < nullp:
             return 'NULL'
         return {'box': self.box, 'point': self.point, 'polygon': self.poly,
-                'circle': self.circle}[kind]()
+                'circle': self.circle, 'geometry': self.geom}[kind]()
 
     def row(self):
-        return '(%s, %s, %s, %s, %d)' % (self.val('box'), self.val('point'),
-                                         self.val('polygon'), self.val('circle'),
-                                         self.r.randint(0, 99))
+        return '(%s, %d)' % (', '.join(self.val(KIND[c]) for c in ROW_COLS.split(', ')[:-1]),
+                             self.r.randint(0, 99))
 
+
+# the indexed columns and their types (--postgis adds gm, a PostGIS
+# geometry indexed with amrtree_postgis's geometry_ops_2d)
+KIND = {'b': 'box', 'p': 'point', 'pg': 'polygon', 'c': 'circle'}
+# the columns of an inserted row, in Gen.row()'s order
+ROW_COLS = 'b, p, pg, c, v'
 
 # operators per indexed column: (operator, right argument kind)
 OPS = {
@@ -361,6 +390,26 @@ OPS = {
                                   '&<|', '<<|', '|>>', '|&>']],
 }
 IOS_COLS = ('b', 'p')           # index-only scans: box_ops and point_ops
+
+
+def cols(sql):
+    """sql with the row columns of an INSERT, written (b, p, pg, c, v), as
+    the tables have them (with gm under --postgis)."""
+    return sql.replace('(b, p, pg, c, v)', '(%s)' % ROW_COLS)
+
+
+def table_cols():
+    """The indexed columns of a table, as CREATE TABLE lists them."""
+    return ', '.join('%s %s' % (c, k) for c, k in KIND.items())
+
+
+def enable_postgis():
+    """Add the geometry column gm to every table, its operators and values."""
+    global ROW_COLS
+    KIND['gm'] = 'geometry'
+    ROW_COLS = 'b, p, pg, c, gm, v'
+    OPS['gm'] = [(o, 'geometry') for o in ['<<', '&<', '&&', '&>', '>>', '~=', '~', '@',
+                                           '&<|', '<<|', '|>>', '|&>']]
 # f2's indexes are partial; f3 is unlogged (emptied by a crash, with its
 # indexes; not readable on the standby)
 TABLES = {'f1': '', 'f2': ' AND v % 2 = 0', 'f3': ''}
@@ -553,14 +602,16 @@ class Fuzz:
         g = Gen(random.Random(self.seed))
         s = Sess(self, self.pport, 'setup')
         sql = ['CREATE EXTENSION amrtree;']
+        if 'gm' in KIND:
+            sql.append('CREATE EXTENSION postgis; CREATE EXTENSION amrtree_postgis;')
         for t in TABLES:
-            sql.append('CREATE %sTABLE %s (id bigserial, b box, p point, pg polygon, c circle, v int);' % (
-                'UNLOGGED ' if t == 'f3' else '', t))
+            sql.append('CREATE %sTABLE %s (id bigserial, %s, v int);' % (
+                'UNLOGGED ' if t == 'f3' else '', t, table_cols()))
         rows = self.a.rows
         for t, n in (('f1', rows), ('f2', rows // 3), ('f3', rows // 3)):
             for i in range(0, n, 200):
-                sql.append('INSERT INTO %s (b, p, pg, c, v) VALUES %s;' %
-                           (t, ','.join(g.row() for _ in range(min(200, n - i)))))
+                sql.append(cols('INSERT INTO %s (b, p, pg, c, v) VALUES %s;' %
+                                (t, ','.join(g.row() for _ in range(min(200, n - i))))))
         b = self.cfg['budget']
         for col in OPS:
             sql.append("CREATE INDEX f1_%s ON f1 USING amrtree (%s) WITH (pmem_budget = '%s');" % (col, col, b))
@@ -645,7 +696,7 @@ class Fuzz:
                 vals = ','.join([r1] * n)
             else:
                 vals = ','.join(g.row() for _ in range(n))
-            sql = pre + 'INSERT INTO %s (b, p, pg, c, v) VALUES %s RETURNING id;' % (t, vals)
+            sql = pre + cols('INSERT INTO %s (b, p, pg, c, v) VALUES %s RETURNING id;' % (t, vals))
             rows, errs = self.x(sess, sql, name)
             if rows:
                 try:
@@ -656,7 +707,7 @@ class Fuzz:
                     pass
         elif k < 0.55:
             col = rnd.choice(list(OPS))
-            kind = {'b': 'box', 'p': 'point', 'pg': 'polygon', 'c': 'circle'}[col]
+            kind = KIND[col]
             sql = pre + 'UPDATE %s SET %s = %s, v = v + 1 WHERE id BETWEEN %d AND %d;' % (
                 t, col, g.val(kind), lo, lo + rnd.randint(0, 20))
             self.x(sess, sql, name)
@@ -675,20 +726,20 @@ class Fuzz:
             self.x(sess, sql, name)
         elif k < 0.82:
             # savepoints rolling back index inserts, some kept
-            sql = ('BEGIN; INSERT INTO %s (b, p, pg, c, v) VALUES %s; SAVEPOINT a; '
-                   'INSERT INTO %s (b, p, pg, c, v) VALUES %s; DELETE FROM %s WHERE id BETWEEN %d AND %d; '
-                   'ROLLBACK TO SAVEPOINT a; SAVEPOINT b; INSERT INTO %s (b, p, pg, c, v) VALUES %s; RELEASE b; %s;') % (
+            sql = cols(('BEGIN; INSERT INTO %s (b, p, pg, c, v) VALUES %s; SAVEPOINT a; '
+                        'INSERT INTO %s (b, p, pg, c, v) VALUES %s; DELETE FROM %s WHERE id BETWEEN %d AND %d; '
+                        'ROLLBACK TO SAVEPOINT a; SAVEPOINT b; INSERT INTO %s (b, p, pg, c, v) VALUES %s; RELEASE b; %s;') % (
                 t, g.row(), t, ','.join(g.row() for _ in range(rnd.randint(1, 100))), t, lo, lo + 30,
-                t, g.row(), rnd.choice(['COMMIT', 'COMMIT', 'ROLLBACK']))
+                t, g.row(), rnd.choice(['COMMIT', 'COMMIT', 'ROLLBACK'])))
             rows, errs = self.x(sess, sql, name)
             if errs:
                 sess.run('ROLLBACK;')
         elif k < 0.88:
             # two-phase commit
             gid = 'fz_%s_%d' % (name, rnd.randint(0, 10 ** 9))
-            sql = ("BEGIN; INSERT INTO %s (b, p, pg, c, v) VALUES %s; DELETE FROM %s WHERE id BETWEEN %d AND %d; "
-                   "PREPARE TRANSACTION '%s';") % (
-                t, ','.join(g.row() for _ in range(rnd.randint(1, 40))), t, lo, lo + 10, gid)
+            sql = cols(("BEGIN; INSERT INTO %s (b, p, pg, c, v) VALUES %s; DELETE FROM %s WHERE id BETWEEN %d AND %d; "
+                        "PREPARE TRANSACTION '%s';") % (
+                t, ','.join(g.row() for _ in range(rnd.randint(1, 40))), t, lo, lo + 10, gid))
             try:
                 rows, errs = self.x(sess, sql, name)
                 if errs:
@@ -706,12 +757,12 @@ class Fuzz:
                 raise
         elif k < 0.93:
             # a transaction that rolls back after many inserts
-            sql = 'BEGIN; INSERT INTO %s (b, p, pg, c, v) VALUES %s; UPDATE %s SET b = %s WHERE id BETWEEN %d AND %d; ROLLBACK;' % (
-                t, ','.join(g.row() for _ in range(rnd.randint(50, 200))), t, g.val('box'), lo, lo + 20)
+            sql = cols('BEGIN; INSERT INTO %s (b, p, pg, c, v) VALUES %s; UPDATE %s SET b = %s WHERE id BETWEEN %d AND %d; ROLLBACK;' % (
+                t, ','.join(g.row() for _ in range(rnd.randint(50, 200))), t, g.val('box'), lo, lo + 20))
             self.x(sess, sql, name)
         else:
             # fill f2 back when a TRUNCATE emptied it
-            sql = 'INSERT INTO f2 (b, p, pg, c, v) SELECT b, p, pg, c, v FROM f1 WHERE id BETWEEN %d AND %d;' % (lo, lo + 200)
+            sql = 'INSERT INTO f2 (%s) SELECT %s FROM f1 WHERE id BETWEEN %d AND %d;' % (ROW_COLS, ROW_COLS, lo, lo + 200)
             self.x(sess, sql, name)
         self.bump('writes')
         time.sleep(rnd.random() * self.a.write_sleep)
@@ -768,12 +819,12 @@ class Fuzz:
                 end = 'COMMIT'
             else:
                 end = 'ROLLBACK'
-            sql = 'BEGIN; TRUNCATE %s; INSERT INTO %s (b, p, pg, c, v) VALUES %s; %s;' % (
-                t, t, ','.join(g.row() for _ in range(20)), end)
+            sql = cols('BEGIN; TRUNCATE %s; INSERT INTO %s (b, p, pg, c, v) VALUES %s; %s;' % (
+                t, t, ','.join(g.row() for _ in range(20)), end))
         elif k < 0.57:
-            sql = ("BEGIN; CREATE INDEX fz_tmp ON %s USING amrtree (%s); INSERT INTO %s (b, p, pg, c, v) VALUES %s; "
-                   "SAVEPOINT s; CREATE INDEX fz_tmp2 ON %s USING amrtree (b); ROLLBACK TO s; %s;") % (
-                t, col, t, g.row(), t, rnd.choice(['ROLLBACK', 'ROLLBACK', 'COMMIT; DROP INDEX fz_tmp']))
+            sql = cols(("BEGIN; CREATE INDEX fz_tmp ON %s USING amrtree (%s); INSERT INTO %s (b, p, pg, c, v) VALUES %s; "
+                        "SAVEPOINT s; CREATE INDEX fz_tmp2 ON %s USING amrtree (b); ROLLBACK TO s; %s;") % (
+                t, col, t, g.row(), t, rnd.choice(['ROLLBACK', 'ROLLBACK', 'COMMIT; DROP INDEX fz_tmp'])))
         elif k < 0.60:
             # documented refusal: PREPARE TRANSACTION with an index created
             sql = "BEGIN; CREATE INDEX fz_tmp3 ON %s USING amrtree (b); PREPARE TRANSACTION 'fz_ddl_%d';" % (t, rnd.randint(0, 10 ** 9))
@@ -850,11 +901,13 @@ class Fuzz:
             # a query value with NaN / infinite / huge coordinates
             arg = {'box': "'((NaN,1),(3,4))'::box", 'point': "point('NaN'::float8, 1)",
                    'polygon': "'((0,0),(Infinity,0),(0,1e150))'::polygon",
-                   'circle': "'<(1e150,-1e150),Infinity>'::circle"}[kind]
+                   'circle': "'<(1e150,-1e150),Infinity>'::circle",
+                   'geometry': "ST_MakeEnvelope('NaN', 1, 3, 'Infinity')"}[kind]
         if rnd.random() < 0.03:
             arg = {'box': "'((-Infinity,-Infinity),(Infinity,Infinity))'::box",
                    'point': 'point(500,500)', 'polygon': "'((-1e150,-1e150),(1e150,1e150),(1e150,-1e150))'::polygon",
-                   'circle': "'<(500,500),1e150>'::circle"}[kind]
+                   'circle': "'<(500,500),1e150>'::circle",
+                   'geometry': "ST_MakeEnvelope('-Infinity', '-Infinity', 'Infinity', 'Infinity')"}[kind]
         where = '%s %s %s%s' % (col, op, arg, TABLES.get(t, ''))
         if rnd.random() < 0.05:
             where = '%s IS %sNULL%s' % (col, rnd.choice(['', 'NOT ']), TABLES.get(t, ''))
@@ -864,7 +917,7 @@ class Fuzz:
 
     def knn_query(self, rnd, g, t, col, limit, ios=False):
         x, y = g.pt()
-        q = 'point(%s)' % g.plit(x, y)
+        q = ('ST_MakePoint(%s)' if col == 'gm' else 'point(%s)') % g.plit(x, y)
         cond = ''
         if rnd.random() < 0.3:
             op, kind = rnd.choice([o for o in OPS[col] if o[0] in ('&&', '<@', '<<', '>>')] or OPS[col])
@@ -883,12 +936,11 @@ class Fuzz:
         if temp:
             # a temporary table of this session, with amrtree indexes whose
             # leaves are keyed by the session; changed before each batch
-            rows_, errs = self.x(sess, "CREATE TEMP TABLE IF NOT EXISTS tt (id serial, b box, p point, pg polygon, "
-                                 "c circle, v int); " + ' '.join(
+            rows_, errs = self.x(sess, "CREATE TEMP TABLE IF NOT EXISTS tt (id serial, %s, v int); " % table_cols() + ' '.join(
                                      'CREATE INDEX IF NOT EXISTS tt_%s ON tt USING amrtree (%s);' % (c, c) for c in OPS) +
-                                 'INSERT INTO tt (b, p, pg, c, v) VALUES %s; DELETE FROM tt WHERE id %% %d = 0;%s' % (
+                                 cols('INSERT INTO tt (b, p, pg, c, v) VALUES %s; DELETE FROM tt WHERE id %% %d = 0;%s' % (
                                      ','.join(g.row() for _ in range(rnd.randint(1, 150))), rnd.randint(2, 9),
-                                     rnd.choice(['', ' VACUUM tt;', ' REINDEX TABLE tt;', ' TRUNCATE tt;'])), name)
+                                     rnd.choice(['', ' VACUUM tt;', ' REINDEX TABLE tt;', ' TRUNCATE tt;']))), name)
             if errs:
                 return
         parts = ['BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;', 'SELECT 1 AS snap;']
@@ -1316,6 +1368,8 @@ def main():
     ap.add_argument('--explain-rate', type=float, default=0.1,
                     help='share of checker batches that EXPLAIN their forced plans (counted as plans_amrtree)')
     ap.add_argument('--no-standby', action='store_true')
+    ap.add_argument('--postgis', action='store_true',
+                    help='also a PostGIS geometry column with an amrtree_postgis index')
     ap.add_argument('--stop-on-mismatch', action='store_true')
     ap.add_argument('--keep', action='store_true', help='leave the servers running at the end')
     ap.add_argument('-v', '--verbose', action='store_true')
@@ -1324,6 +1378,8 @@ def main():
         a.seed = random.randrange(1, 10 ** 6)
     if a.dir is None:
         a.dir = '/tmp/amr_fuzz-%d' % a.seed
+    if a.postgis:
+        enable_postgis()
     fz = Fuzz(a)
     start = time.time()
     print('amr_fuzz: seed %d config %s duration %ds dir %s' % (a.seed, a.config, a.duration, a.dir), flush=True)
@@ -1343,8 +1399,8 @@ def main():
     for fl in fz.failures[:20]:
         print('  FAILURE %s: %s' % (fl['kind'], json.dumps(fl['detail'])[:1500]))
     if fz.failures:
-        print('reproduce: %s --seed %d --config %s --duration %d (logs and failing queries in %s)' % (
-            sys.argv[0], a.seed, a.config, a.duration, fz.dir))
+        print('reproduce: %s --seed %d --config %s --duration %d%s (logs and failing queries in %s)' % (
+            sys.argv[0], a.seed, a.config, a.duration, ' --postgis' if a.postgis else '', fz.dir))
     sys.exit(1 if fz.failures else 0)
 
 
