@@ -337,17 +337,25 @@ class Gen:
             rad = float('nan')
         return "'<%s,%s>'::circle" % (self.ptxt(x, y), self.fs(rad))
 
-    def geom(self):
+    def geom(self, member=False):
         """A PostGIS geometry (SRID 0): a point, line, envelope or polygon,
-        sometimes empty or a collection; coordinates as pt() gives them."""
+        sometimes empty or a collection; coordinates as pt() gives them,
+        but no NaN in a collection's members: PostGIS's box of such a
+        collection leaves out the member's whole extent on that axis (its
+        box merge drops NaN), so no box bounds its "<->", and GiST and
+        amrtree alike return it late (docs/user-guide.md, PostGIS)."""
         r = self.r.random()
         if r < 0.04:
             return "'%s EMPTY'::geometry" % self.r.choice(['POINT', 'POLYGON', 'GEOMETRYCOLLECTION'])
         x, y = self.pt()
+        if member:
+            x, y = (500.0 if math.isnan(x) else x), (500.0 if math.isnan(y) else y)
         if r < 0.45:
             return 'ST_MakePoint(%s)' % self.plit(x, y)
         if r < 0.65:
             x2, y2 = self.pt(near=(x, y))
+            if member and (math.isnan(x2) or math.isnan(y2)):
+                x2, y2 = x, y
             return 'ST_MakeLine(ST_MakePoint(%s), ST_MakePoint(%s))' % (self.plit(x, y), self.plit(x2, y2))
         # a ring whose first point has a NaN or infinite coordinate is never
         # closed to PostGIS (it compares |a - b| with a tolerance), and its
@@ -359,7 +367,7 @@ class Gen:
             return 'ST_MakePolygon(ST_MakeLine(ARRAY[%s]))' % ','.join(
                 'ST_MakePoint(%s)' % self.plit(a, b) for a, b in
                 ((x, y), (x + self.size(), y), (x, y + self.size()), (x, y)))
-        return 'ST_Collect(%s, %s)' % (self.geom(), self.geom())
+        return 'ST_Collect(%s, %s)' % (self.geom(member=True), self.geom(member=True))
 
     def val(self, kind, nullp=0.05):
         if self.r.random() < nullp:
@@ -485,8 +493,9 @@ class Fuzz:
                 self.stats['unexpected_errors'] += 1
         self.log('FAILURE %s: %s' % (kind, json.dumps(detail)[:2000]))
 
-    def errs(self, errs, where, sql):
-        """Classify errors; unexpected ones are failures.  Returns True when
+    def errs(self, errs, where, sql, failed_at=None):
+        """Classify errors; unexpected ones are failures (failed_at: the
+        statement of a checker batch that raised it).  Returns True when
         there were errors at all."""
         if not errs:
             return False
@@ -494,7 +503,11 @@ class Fuzz:
             if EXPECTED_RE.search(e):
                 self.bump('expected_errors')
             else:
-                self.fail('error', dict(where=where, error=e, sql=sql[:4000]))
+                detail = dict(where=where, error=e)
+                if failed_at:
+                    detail['failed_at'] = failed_at
+                detail['sql'] = sql[:4000]
+                self.fail('error', detail)
         return True
 
     def as_pg(self, args, **kw):
@@ -1016,8 +1029,17 @@ class Fuzz:
         rows, errs = sess.run(sql)
         t1 = time.time()
         if errs:
-            self.errs(errs, name, sql)
+            # the batch stops at its first error: the statement after the
+            # last tagged result printed (or the first one) raised it
+            tags = [line.split('|', 1)[0] for line in rows if re.match(r'^[QRCEF]\d+(\||$)', line)]
+            lines = sql.split('\n')
+            at = next((i for i, ln in enumerate(lines) if tags and "'%s'" % tags[-1] in ln), 1)
+            failed_at = lines[min(at + 1, len(lines) - 1)]
+            unexpected = [e for e in errs if not EXPECTED_RE.search(e)]
+            self.errs(errs, name, sql, failed_at=failed_at[:1500])
             sess.run('ROLLBACK;')
+            if unexpected:
+                self.dump_table(failed_at, '%s: %s' % (name, unexpected[0]))
             return
         res = {}
         stale = 0
@@ -1095,9 +1117,23 @@ class Fuzz:
                                   plan, q, q, PLAN['seq'], q))
             detail['explain_and_rerun'] = r1[:200]
             detail['rerun_errors'] = e1
+            qrows = [x for x in r1 if x.startswith('Q|')]
+            detail['rerun_same'] = qrows == [x.replace('R|', 'Q|', 1) for x in r1 if x.startswith('R|')]
         except Lost:
             pass
         self.fail('mismatch', detail)
+        self.dump_table(q, '%s mismatch' % name)
+
+    def dump_table(self, sql, why):
+        """Copy the table sql reads, on the primary, as it is now: for
+        replaying a failed comparison offline (the rows that caused it are
+        most likely still there)."""
+        m = re.search(r' FROM (f[123]) ', sql)
+        if not m:
+            return
+        dump = 'fz_dump_%d' % int(time.time() * 1000)
+        rc, out, err = self.psql1(self.pport, 'CREATE TABLE %s AS SELECT * FROM %s' % (dump, m.group(1)))
+        self.log('copied %s to %s after %s%s' % (m.group(1), dump, why, (': ' + err.strip()) if rc else ''))
 
     # killer ---------------------------------------------------------------
     def children(self, pid):
