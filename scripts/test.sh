@@ -210,6 +210,7 @@ run_tap() {
 	fi
 	local f done_pid jobs=${AMR_TAP_JOBS:-2}
 	local -A file_of=()
+	[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "AMR_TAP_JOBS must be a positive number, not \"$jobs\"" >&2; exit 2; }
 	mkdir -p "$PG_TEST_PORT_DIR" && chmod 1777 "$PG_TEST_PORT_DIR" 2>/dev/null || true
 	for f in "${files[@]}" ""; do
 		# wait for a free slot (for the last, empty, entry: for every file)
