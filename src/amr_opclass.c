@@ -466,21 +466,16 @@ amrtree_float4_bbox(PG_FUNCTION_ARGS)
 		*b = coords;
 
 	/*
+	 * No box, a NaN coordinate, or one beyond float4's range: the value gets
+	 * the key of an empty geometry -- all NaN, never pruned, distance bound
+	 * 0, and decided by the operator itself.
+	 *
 	 * A NaN coordinate: PostGIS takes a float4 box whose xmin is NaN for an
 	 * EMPTY one, and "@" holds for EMPTY within anything not EMPTY -- so
 	 * POINT(NaN 5) @ any envelope, whatever its y.  The key's other sides
-	 * would prune it (amr_fbox_from_box keeps them), so such a value gets the
-	 * key of an empty geometry: all NaN, never pruned, and decided by the
-	 * operator itself.  Any NaN, not only xmin's, so as not to depend on
-	 * which side PostGIS looks at.
-	 */
-	if (!have_box || box_has_nan(b) || box_has_nan(&coords))
-	{
-		b->low.x = b->low.y = b->high.x = b->high.y = get_float8_nan();
-		PG_RETURN_BOX_P(b);
-	}
-
-	/*
+	 * would prune it (amr_fbox_from_box keeps them).  Any NaN, not only
+	 * xmin's, so as not to depend on which side PostGIS looks at.
+	 *
 	 * A coordinate beyond float4's range (infinite, or finite past FLT_MAX):
 	 * the key, clamped to FLT_MAX, still bounds the boxes the operators
 	 * compare, but not the distance "<->" measures.  PostGIS's
@@ -489,11 +484,10 @@ amrtree_float4_bbox(PG_FUNCTION_ARGS)
 	 * 9e137 Infinity, ...)) <-> POINT(311 861) is 0.  An ordered scan queued
 	 * that row under the gap to its key (3.4e38), and a LIMIT cut it off: a
 	 * row missing from the answer, not an error (PostGIS's GiST fails the
-	 * same query with "index returned tuples in wrong order").  Such a value
-	 * gets the NaN key: never pruned, distance bound 0, every operator
-	 * decided on the row.
+	 * same query with "index returned tuples in wrong order").
 	 */
-	if (box_beyond_float4(b) || box_beyond_float4(&coords))
+	if (!have_box || box_has_nan(b) || box_has_nan(&coords) ||
+		box_beyond_float4(b) || box_beyond_float4(&coords))
 	{
 		b->low.x = b->low.y = b->high.x = b->high.y = get_float8_nan();
 		PG_RETURN_BOX_P(b);
