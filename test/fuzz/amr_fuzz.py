@@ -109,6 +109,12 @@ EXPECTED_RE = re.compile('|'.join(EXPECTED_ERRORS), re.I)
 # in PostgreSQL's planner, whatever the index type (docs/user-guide.md,
 # Limits: "concurrent builds and old snapshots on a hot standby")
 STANDBY_EXPECTED_RE = re.compile(r'could not open relation with OID', re.I)
+
+
+def is_expected(text, standby):
+    """Is an error (or log line) one the workload causes, on the standby if
+    standby?"""
+    return bool(EXPECTED_RE.search(text) or (standby and STANDBY_EXPECTED_RE.search(text)))
 ERR_LINE_RE = re.compile(r'(?:^|: )(ERROR|FATAL|PANIC):\s+(.*)')
 
 # Server log lines that are always bugs, unless a kill of ours explains them.
@@ -381,15 +387,12 @@ class Gen:
                 'circle': self.circle, 'geometry': self.geom}[kind]()
 
     def row(self):
-        return '(%s, %d)' % (', '.join(self.val(KIND[c]) for c in ROW_COLS.split(', ')[:-1]),
-                             self.r.randint(0, 99))
+        return '(%s, %d)' % (', '.join(self.val(k) for k in KIND.values()), self.r.randint(0, 99))
 
 
 # the indexed columns and their types (--postgis adds gm, a PostGIS
 # geometry indexed with amrtree_postgis's geometry_ops_2d)
 KIND = {'b': 'box', 'p': 'point', 'pg': 'polygon', 'c': 'circle'}
-# the columns of an inserted row, in Gen.row()'s order
-ROW_COLS = 'b, p, pg, c, v'
 
 # operators per indexed column: (operator, right argument kind)
 OPS = {
@@ -405,10 +408,15 @@ OPS = {
 IOS_COLS = ('b', 'p')           # index-only scans: box_ops and point_ops
 
 
+def row_cols():
+    """The columns of an inserted row, in Gen.row()'s order."""
+    return ', '.join(list(KIND) + ['v'])
+
+
 def cols(sql):
     """sql with the row columns of an INSERT, written (b, p, pg, c, v), as
     the tables have them (with gm under --postgis)."""
-    return sql.replace('(b, p, pg, c, v)', '(%s)' % ROW_COLS)
+    return sql.replace('(b, p, pg, c, v)', '(%s)' % row_cols())
 
 
 def table_cols():
@@ -418,9 +426,7 @@ def table_cols():
 
 def enable_postgis():
     """Add the geometry column gm to every table, its operators and values."""
-    global ROW_COLS
     KIND['gm'] = 'geometry'
-    ROW_COLS = 'b, p, pg, c, gm, v'
     OPS['gm'] = [(o, 'geometry') for o in ['<<', '&<', '&&', '&>', '>>', '~=', '~', '@',
                                            '&<|', '<<|', '|>>', '|&>']]
 # f2's indexes are partial; f3 is unlogged (emptied by a crash, with its
@@ -500,12 +506,10 @@ class Fuzz:
 
     def errs(self, errs, where, sql, failed_at=None, standby=False):
         """Classify errors; unexpected ones are failures (failed_at: the
-        statement of a checker batch that raised it).  Returns True when
-        there were errors at all."""
-        if not errs:
-            return False
+        statement of a checker batch that raised it).  Returns those."""
+        unexpected = []
         for e in errs:
-            if EXPECTED_RE.search(e) or (standby and STANDBY_EXPECTED_RE.search(e)):
+            if is_expected(e, standby):
                 self.bump('expected_errors')
             else:
                 detail = dict(where=where, error=e)
@@ -513,7 +517,8 @@ class Fuzz:
                     detail['failed_at'] = failed_at
                 detail['sql'] = sql[:4000]
                 self.fail('error', detail)
-        return True
+                unexpected.append(e)
+        return unexpected
 
     def as_pg(self, args, **kw):
         return subprocess.run(['runuser', '-u', 'postgres', '--'] + args, **kw)
@@ -780,7 +785,7 @@ class Fuzz:
             self.x(sess, sql, name)
         else:
             # fill f2 back when a TRUNCATE emptied it
-            sql = 'INSERT INTO f2 (%s) SELECT %s FROM f1 WHERE id BETWEEN %d AND %d;' % (ROW_COLS, ROW_COLS, lo, lo + 200)
+            sql = 'INSERT INTO f2 (%s) SELECT %s FROM f1 WHERE id BETWEEN %d AND %d;' % (row_cols(), row_cols(), lo, lo + 200)
             self.x(sess, sql, name)
         self.bump('writes')
         time.sleep(rnd.random() * self.a.write_sleep)
@@ -1040,9 +1045,7 @@ class Fuzz:
             lines = sql.split('\n')
             at = next((i for i, ln in enumerate(lines) if tags and "'%s'" % tags[-1] in ln), 1)
             failed_at = lines[min(at + 1, len(lines) - 1)]
-            unexpected = [e for e in errs if not EXPECTED_RE.search(e) and
-                          not (standby and STANDBY_EXPECTED_RE.search(e))]
-            self.errs(errs, name, sql, failed_at=failed_at[:1500], standby=standby)
+            unexpected = self.errs(errs, name, sql, failed_at=failed_at[:1500], standby=standby)
             sess.run('ROLLBACK;')
             if unexpected:
                 self.dump_table(failed_at, '%s: %s' % (name, unexpected[0]))
@@ -1319,9 +1322,8 @@ class Fuzz:
             with open(p, errors='replace') as f:
                 for line in f:
                     if LOG_BAD_RE.search(line) and not LOG_OK_RE.search(line) \
-                            and not EXPECTED_RE.search(line) and 'STATEMENT' not in line \
-                            and 'HINT:' not in line and \
-                            not (n == 'standby.log' and STANDBY_EXPECTED_RE.search(line)):
+                            and not is_expected(line, n == 'standby.log') and 'STATEMENT' not in line \
+                            and 'HINT:' not in line:
                         bad.append('%s: %s' % (n, line.rstrip()))
         return bad
 
