@@ -125,14 +125,7 @@ is($node->safe_psql('postgres', 'SET enable_seqscan = off; SET enable_bitmapscan
 is($node->safe_psql('postgres', 'SELECT entries FROM amrtree_index_stats(\'trips_b\')'),
 	$node->safe_psql('postgres', 'SELECT count(*) FROM trips'),
 	'after VACUUM the index holds exactly one entry per row')
-  or diag($node->safe_psql('postgres', q{
-CREATE EXTENSION IF NOT EXISTS pageinspect;
-SELECT e.leaf_id, e.entry, e.tid, e.key, e.insert_lsn, pg_current_wal_insert_lsn() AS now_lsn,
-       (SELECT lp_flags || '/' || coalesce(t_xmin::text, '-') || '/' || coalesce(t_xmax::text, '-')
-        FROM heap_page_items(get_raw_page('trips', (e.tid::text::point)[0]::int))
-        WHERE lp = (e.tid::text::point)[1]) AS heap_item
-FROM amrtree_leaf_entries('trips_b') e
-WHERE NOT EXISTS (SELECT 1 FROM trips WHERE ctid = e.tid)}));
+  or amr_diag_extra_entries($node, 'trips', 'trips_b');
 
 $node->stop;
 done_testing();

@@ -62,25 +62,7 @@ SELECT count(*) FROM $table WHERE b && box '((-1e9,-1e9),(1e9,1e9))';});
 	$node->safe_psql('postgres', "VACUUM (INDEX_CLEANUP ON) $table");
 	is($node->safe_psql('postgres', qq{SELECT entries FROM amrtree_index_stats('$index')}),
 		$rows, "$what: after VACUUM, $index holds $rows entries")
-	  or diag_extra_entries($table, $index);
-}
-
-# After a failed count: whether the tree's count or its entries are wrong,
-# and which entries have no visible row (a dead line pointer, or none) or
-# share a row with another.
-sub diag_extra_entries
-{
-	my ($table, $index) = @_;
-	diag($node->safe_psql('postgres', qq{
-SELECT 'live entries ' || count(*) || ', distinct tids ' || count(DISTINCT tid)
-  FROM amrtree_leaf_entries('$index') WHERE NOT dead;
-SELECT 'no visible row: leaf ' || leaf_id || ' entry ' || entry || ' tid ' || tid || ' lsn ' || insert_lsn
-  FROM amrtree_leaf_entries('$index') e
- WHERE NOT dead AND NOT EXISTS (SELECT 1 FROM $table r WHERE r.ctid = e.tid) LIMIT 20;
-SELECT 'shared row: leaf ' || leaf_id || ' entry ' || entry || ' tid ' || tid || ' lsn ' || insert_lsn
-  FROM amrtree_leaf_entries('$index') e
- WHERE NOT dead AND tid IN (SELECT tid FROM amrtree_leaf_entries('$index')
-                             WHERE NOT dead GROUP BY tid HAVING count(*) > 1) LIMIT 20;}));
+	  or amr_diag_extra_entries($node, $table, $index);
 }
 
 # --- 1. deterministic

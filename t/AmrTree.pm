@@ -15,7 +15,7 @@ use Test::More;
 our @EXPORT = qw(amr_node amr_pool_path amr_forget_pool amr_standby_own_pool amr_load_porto amr_setup_parity
   amr_porto_windows amr_with_and_without_index amr_parity_mismatches amr_knn_mismatches amr_fingerprint amr_porto_gen amr_wait_for_server
   amr_wait_for_crash_restart amr_pool_header amr_setup_snapshot_checks amr_wait_for_index_use
-  amr_check_index_agrees amr_lost_wal_primary);
+  amr_check_index_agrees amr_lost_wal_primary amr_diag_extra_entries);
 
 # Pool files are named after the run and the test file, so that files run
 # side by side (scripts/test.sh runs two at a time) never share a pool even
@@ -335,6 +335,34 @@ sub amr_check_index_agrees
 	my ($mismatch, $rows) = amr_parity_mismatches($node, $table);
 	is($mismatch, 0, "$what: 12 strategies x 40 windows equal a sequential scan ($rows rows)");
 	is(amr_knn_mismatches($node, $table, $npoints, $k), 0, "$what: KNN equals a sort");
+	return;
+}
+
+# After a failed "entries equal the rows" check: print the live and
+# distinct-TID counts of $index, its live entries whose TID shows no row of
+# $table (with the heap item's line-pointer flags / xmin / xmax: 3 is a dead
+# line pointer VACUUM has not yet taken back, "none" a TID past the heap's
+# end), and its live entries that share a TID.
+sub amr_diag_extra_entries
+{
+	my ($node, $table, $index) = @_;
+	diag($node->safe_psql('postgres', qq{
+CREATE EXTENSION IF NOT EXISTS pageinspect;
+SELECT 'live entries ' || count(*) || ', distinct tids ' || count(DISTINCT tid)
+  FROM amrtree_leaf_entries('$index') WHERE NOT dead;
+SELECT 'no visible row: leaf ' || e.leaf_id || ' entry ' || e.entry || ' tid ' || e.tid
+       || ' key ' || e.key || ' lsn ' || e.insert_lsn || ' heap item ' ||
+       CASE WHEN (e.tid::text::point)[0] >= pg_relation_size('$table') / current_setting('block_size')::int
+            THEN 'none'
+            ELSE coalesce((SELECT lp_flags || '/' || coalesce(t_xmin::text, '-') || '/' || coalesce(t_xmax::text, '-')
+                             FROM heap_page_items(get_raw_page('$table', (e.tid::text::point)[0]::int))
+                            WHERE lp = (e.tid::text::point)[1]), 'none') END
+  FROM amrtree_leaf_entries('$index') e
+ WHERE NOT e.dead AND NOT EXISTS (SELECT 1 FROM $table r WHERE r.ctid = e.tid) LIMIT 20;
+SELECT 'shared row: leaf ' || leaf_id || ' entry ' || entry || ' tid ' || tid || ' lsn ' || insert_lsn
+  FROM amrtree_leaf_entries('$index')
+ WHERE NOT dead AND tid IN (SELECT tid FROM amrtree_leaf_entries('$index')
+                             WHERE NOT dead GROUP BY tid HAVING count(*) > 1) LIMIT 20;}));
 	return;
 }
 
