@@ -25,6 +25,7 @@ OBJS = \
 	$(CORE_OBJS) \
 	src/amrtree.o \
 	src/amr_build.o \
+	src/amr_buildspill.o \
 	src/amr_cost.o \
 	src/amr_directory.o \
 	src/amr_fault.o \

@@ -181,6 +181,28 @@ SELECT * FROM amr_parity('pt');
 SELECT amrtree_check('pt_b');
 SELECT entries FROM amrtree_index_stats('pt_b');
 
+-- phase 5: builds larger than maintenance_work_mem, whose 1MB holds 16,131
+-- rows here: the build sorts the rows in runs on temporary files and
+-- merges them (NULL keys included), alone and with parallel workers
+SET maintenance_work_mem = '1MB';
+SET log_temp_files = -1;	-- pg_regress logs them; their names vary
+SET client_min_messages = debug1;
+REINDEX INDEX pt_b;
+RESET client_min_messages;
+SELECT * FROM amr_parity('pt');
+SELECT amrtree_check('pt_b');
+SELECT entries FROM amrtree_index_stats('pt_b');
+SET max_parallel_maintenance_workers = 2;
+SET min_parallel_table_scan_size = 0;
+REINDEX INDEX pt_b;
+RESET min_parallel_table_scan_size;
+RESET max_parallel_maintenance_workers;
+RESET maintenance_work_mem;
+RESET log_temp_files;
+SELECT * FROM amr_parity('pt');
+SELECT amrtree_check('pt_b');
+SELECT entries FROM amrtree_index_stats('pt_b');
+
 -- an index grown only by inserts, on the same rows
 CREATE TABLE pt2 (id int, b box);
 CREATE INDEX pt2_b ON pt2 USING amrtree (b);

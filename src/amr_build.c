@@ -21,7 +21,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "amr_leafstore.h"
+#include "amr_build.h"
 #include "amr_wal.h"
 
 #include "access/parallel.h"
@@ -86,18 +86,6 @@ build_log_add(BuildLog *bl, uint32 leaf_id, const AmrLeaf *img)
 }
 
 /*
- * A row as the heap scan collects it: what a leaf entry holds but its WAL
- * position, which is the same for the whole build -- 40 bytes instead of
- * 48, 80 MB less fresh memory at 10M rows.
- */
-typedef struct AmrBuildEntry
-{
-	AmrBox		key;
-	ItemPointerData tid;
-	uint16		flags;
-} AmrBuildEntry;
-
-/*
  * What an operator class's bounding-box function allocates for a row (its
  * result, a detoasted value): kept apart and freed every ROWMEM_RESET_ROWS
  * rows, or a build would hold all of it to the end -- for 10M points, 380
@@ -129,6 +117,10 @@ typedef struct AmrBuildState
 	AmrBuildEntry *nulls;
 	Size		nnulls;
 	Size		capnulls;
+	Size		mem;			/* maintenance_work_mem, in bytes */
+	Size		max_rows;		/* rows kept in memory at most */
+	int			fill;
+	AmrSpill   *spill;			/* sorted runs on disk, once max_rows came */
 	RowMemory	rowmem;
 } AmrBuildState;
 
@@ -188,11 +180,11 @@ build_alloc(Size len)
 }
 
 static AmrBuildEntry *
-append_entry(AmrBuildEntry **arr, Size *n, Size *cap)
+append_entry(AmrBuildEntry **arr, Size *n, Size *cap, Size limit)
 {
 	if (*n == *cap)
 	{
-		Size		newcap = *cap ? *cap * 2 : 1024;
+		Size		newcap = Min(*cap ? *cap * 2 : 1024, limit);
 
 		if (*arr == NULL)
 			*arr = build_alloc(newcap * sizeof(AmrBuildEntry));
@@ -206,12 +198,35 @@ append_entry(AmrBuildEntry **arr, Size *n, Size *cap)
 	return &(*arr)[(*n)++];
 }
 
+/*
+ * The rows collected so far to sorted runs on disk (amr_buildspill.c): as
+ * many as maintenance_work_mem allows have come.  Called again for what is
+ * left once the scan ends.
+ */
+static void
+spill_collected(AmrBuildState *bs)
+{
+	if (bs->spill == NULL)
+	{
+		ereport(DEBUG1,
+				(errmsg_internal("amrtree build of \"%s\": more than %zu rows, as many as maintenance_work_mem holds; sorting them in runs on disk",
+								 RelationGetRelationName(bs->index), bs->max_rows)));
+		bs->spill = amr_spill_begin(bs->max_rows, bs->fill, bs->mem);
+	}
+	amr_spill_add_rows(bs->spill, bs->boxes, bs->nboxes);
+	amr_spill_add_nulls(bs->spill, bs->nulls, bs->nnulls);
+	bs->nboxes = 0;
+	bs->nnulls = 0;
+}
+
 /* Room for one more row on its side of the build: NULL keys or boxes. */
 static inline AmrBuildEntry *
 next_entry(AmrBuildState *bs, bool isnull)
 {
-	return isnull ? append_entry(&bs->nulls, &bs->nnulls, &bs->capnulls) :
-		append_entry(&bs->boxes, &bs->nboxes, &bs->capboxes);
+	if (unlikely(bs->nboxes + bs->nnulls >= bs->max_rows))
+		spill_collected(bs);
+	return isnull ? append_entry(&bs->nulls, &bs->nnulls, &bs->capnulls, bs->max_rows) :
+		append_entry(&bs->boxes, &bs->nboxes, &bs->capboxes, bs->max_rows);
 }
 
 /*
@@ -393,6 +408,38 @@ release_batch(SsdBatch *b)
 	b->n = 0;
 }
 
+double
+amr_build_class_base(const AmrBuildEntry *rows, Size n)
+{
+	double		sample[1024];
+	int			nsample = 0;
+	Size		step = n / 1024 + 1;
+	Size		i;
+
+	for (i = 0; i < n && nsample < 1024; i += step)
+	{
+		AmrFBox		fb = amr_fbox_from_box(&rows[i].key);
+
+		sample[nsample++] = amr_pack_extent(&fb);
+	}
+	return amr_pack_class_base(sample, nsample);
+}
+
+void
+amr_build_points(const AmrBuildEntry *rows, Size n, double base,
+				 AmrPackPoint *items, uint8 *cls)
+{
+	Size		i;
+
+	for (i = 0; i < n; i++)
+	{
+		AmrFBox		fb = amr_fbox_from_box(&rows[i].key);
+
+		items[i] = amr_pack_point(&fb, (uint32) i);
+		cls[i] = (uint8) amr_pack_size_class(&fb, base);
+	}
+}
+
 /*
  * The leaf level's packing order (amr_pack_order's: size classes, STR in
  * each) of the collected rows, as point items of 12 bytes: the sort needs
@@ -404,56 +451,214 @@ static size_t
 pack_order(const AmrBuildEntry *entries, Size n, int fill, AmrPackPoint *items,
 		   AmrPackPoint *scratch, size_t *bounds)
 {
-	double		sample[1024];
-	int			nsample = 0;
-	Size		step = n / 1024 + 1;
-	double		base;
-	uint8	   *cls;
+	uint8	   *cls = build_alloc(n + 1);
 	size_t		nclasses;
-	Size		i;
 
-	for (i = 0; i < n && nsample < 1024; i += step)
-	{
-		AmrFBox		fb = amr_fbox_from_box(&entries[i].key);
-
-		sample[nsample++] = amr_pack_extent(&fb);
-	}
-	base = amr_pack_class_base(sample, nsample);
-	cls = build_alloc(n + 1);
-	for (i = 0; i < n; i++)
-	{
-		AmrFBox		fb = amr_fbox_from_box(&entries[i].key);
-
-		items[i] = amr_pack_point(&fb, (uint32) i);
-		cls[i] = (uint8) amr_pack_size_class(&fb, base);
-	}
+	amr_build_points(entries, n, amr_build_class_base(entries, n), items, cls);
 	nclasses = amr_pack_points_order(items, cls, n, (size_t) fill, scratch, bounds);
 	pfree(cls);
 	return nclasses;
 }
 
+/*
+ * Writing one side's leaves (boxes or NULL keys), in packing order: PMEM
+ * images in place, SSD images in batches of SSD_BATCH; each published and
+ * logged, its box and id kept for the inner levels.
+ */
+typedef struct LeafWriter
+{
+	Relation	index;
+	AmrTree    *t;
+	bool		nulls;
+	XLogRecPtr	lsn;
+	BuildLog   *bl;
+	Size	   *done;			/* rows written, for progress */
+	AmrLeaf    *img;
+	SsdBatch	batch;
+	AmrPackItem *leaf_items;	/* the written leaves' boxes and ids */
+	Size		nleaves;
+	Size		remaining;		/* leaves still to write */
+	bool		locked;			/* publish lock held */
+} LeafWriter;
+
+static void
+leaf_writer_begin(LeafWriter *w, Relation index, AmrTree *t, bool nulls, XLogRecPtr lsn,
+				  Size nleaves, Size *done, BuildLog *bl)
+{
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_WRITE_LEAVES);
+	memset(w, 0, sizeof(*w));
+	w->index = index;
+	w->t = t;
+	w->nulls = nulls;
+	w->lsn = lsn;
+	w->bl = bl;
+	w->done = done;
+	w->img = amr_alloc_leaf_buffer();
+	w->batch.images = (AmrLeaf *) TYPEALIGN(AMR_SLOT_SIZE,
+											palloc((SSD_BATCH + 1) * AMR_SLOT_SIZE));
+	w->leaf_items = MemoryContextAllocHuge(CurrentMemoryContext,
+										   sizeof(AmrPackItem) * (nleaves + 1));
+	w->remaining = nleaves;
+
+	/*
+	 * One msync for every PMEM image and Leaf Table entry of the build where
+	 * the pool is a disk file, instead of three per leaf: the tree is
+	 * BUILDING, so a crash before the end discards it whatever reached the
+	 * file, and the batch ends before the build returns, so before its
+	 * transaction can commit (docs/design.md, "Commit points").
+	 */
+	amr_persist_batch_begin();
+}
+
+/*
+ * Write the leaf of rows[idx[0..take-1]] (rows[0..take-1] where idx is
+ * NULL), in that order.  The rows of the next leaf, rows[next[0..nnext-1]],
+ * are fetched meanwhile: their cache misses (and TLB misses) overlap this
+ * leaf's copy instead of following it.
+ */
+static void
+leaf_writer_add(LeafWriter *w, const AmrBuildEntry *rows, const uint32 *idx, Size take,
+				const uint32 *next, Size nnext)
+{
+	AmrStore   *s = &amr_store;
+	uint32		leaf_id;
+	uint32		slot;
+	uint32		tier;
+	AmrFBox		mbr;
+	AmrLeaf    *dst;
+	Size		i;
+
+	if (!w->locked)
+	{
+		CHECK_FOR_INTERRUPTS();
+		LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+		w->locked = true;
+	}
+	/* PMEM while within the budget (if any), the rest to SSD */
+	tier = amr_tree_new_image_tier(w->t, 1, w->remaining--);
+	reserve_leaf(w->index, &tier, &leaf_id, &slot);
+	dst = tier == AMR_TIER_SSD ? &w->batch.images[w->batch.n] : w->img;
+	amr_leaf_image_init(dst, leaf_id, w->t->tree_no, w->t->generation,
+						AMR_WORD_VERSION(amr_lt_word(s, leaf_id)) + 1, w->nulls);
+
+	for (i = 0; i < nnext; i++)
+		prefetch_row(&rows[next[i]]);
+
+	/* the leaf's box: the union of its entries' (outward-rounded) boxes */
+	mbr = amr_fbox_empty();
+	for (i = 0; i < take; i++)
+	{
+		const AmrBuildEntry *e = &rows[idx ? idx[i] : i];
+
+		set_leaf_entry(&dst->entries[i], e, w->lsn);
+		if (!w->nulls)
+		{
+			AmrFBox		fb = amr_fbox_from_box(&e->key);
+
+			amr_fbox_extend(&mbr, &fb);
+		}
+	}
+	dst->hdr.nentries = take;
+
+	if (tier == AMR_TIER_PMEM)
+	{
+		AMR_FAULT_POINT("build:before_leaf");
+		amr_leaf_write_image(w->index, tier, slot, dst);
+		AMR_FAULT_POINT("build:after_leaf_persisted");
+		publish_leaf(w->t, leaf_id, tier, slot, dst, &mbr, w->nulls,
+					 &w->leaf_items[w->nleaves++]);
+		AMR_FAULT_POINT("build:after_leaf_published");
+		build_log_add(w->bl, leaf_id, amr_pmem_slot(s, slot));
+	}
+	else
+	{
+		w->batch.leaf_id[w->batch.n] = leaf_id;
+		w->batch.slot[w->batch.n] = slot;
+		w->batch.mbr[w->batch.n] = mbr;
+		w->batch.n++;
+		if (w->batch.n == SSD_BATCH)
+			flush_batch(w->index, w->t, &w->batch, w->nulls, w->leaf_items, &w->nleaves,
+						w->bl);
+	}
+	*w->done += take;
+	if (w->batch.n == 0)
+	{
+		LWLockRelease(&amr_shared->publish_lock);
+		w->locked = false;
+	}
+	if ((w->nleaves & 63) == 0)
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) *w->done);
+}
+
+/* Every leaf written: the last SSD batch, the persist batch, the log. */
+static void
+leaf_writer_finish(LeafWriter *w)
+{
+	if (w->batch.n > 0)
+		flush_batch(w->index, w->t, &w->batch, w->nulls, w->leaf_items, &w->nleaves, w->bl);
+	amr_persist_batch_end();
+	build_log_flush(w->bl);
+	if (w->locked)
+	{
+		LWLockRelease(&amr_shared->publish_lock);
+		w->locked = false;
+	}
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) *w->done);
+}
+
+/*
+ * On error: what the batch reserved goes back; the published leaves go
+ * with the tree when the transaction aborts.
+ */
+static void
+leaf_writer_abort(LeafWriter *w)
+{
+	amr_persist_batch_end();
+	release_batch(&w->batch);
+}
+
+/* The inner levels over the written leaves. */
+static void
+leaf_writer_build_inner(LeafWriter *w)
+{
+	AmrStore   *s = &amr_store;
+	AmrPackItem *level_scratch;
+	uint32	   *node_ids;
+	AmrStatus	st;
+
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_INNER);
+	level_scratch = MemoryContextAllocHuge(CurrentMemoryContext,
+										   sizeof(AmrPackItem) * (w->nleaves + 1));
+	node_ids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) *
+									  (amr_build_levels_nodes_needed(w->nleaves, AMR_BUILD_INNER_FILL) + 1));
+	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
+	LWLockAcquire(amr_tree_lock(w->t), LW_EXCLUSIVE);
+	st = amr_build_levels(s, w->t, w->nulls, w->leaf_items, w->nleaves, AMR_BUILD_INNER_FILL,
+						  level_scratch, node_ids);
+	LWLockRelease(amr_tree_lock(w->t));
+	LWLockRelease(&amr_shared->publish_lock);
+	amr_report_status(st, w->index);
+
+	pfree(level_scratch);
+	pfree(w->leaf_items);
+	pfree(node_ids);
+}
+
+/* One side of a build whose rows are all in memory: entries[0..n-1]. */
 static void
 build_side(Relation index, AmrTree *t, AmrBuildEntry *entries, Size n,
 		   bool nulls, XLogRecPtr lsn, Size *done, BuildLog *bl)
 {
-	AmrStore   *s = &amr_store;
 	int			fill = amr_build_leaf_fill(index);
 	AmrPackPoint *items;
 	AmrPackPoint *scratch = NULL;
-	AmrPackItem *leaf_items;
-	AmrPackItem *level_scratch;
 	uint32	   *order;
-	uint32	   *node_ids;
-	AmrLeaf    *img = amr_alloc_leaf_buffer();
-	SsdBatch	batch;
+	LeafWriter	w;
 	size_t		bounds[AMR_SIZE_CLASSES + 1];
 	size_t		nclasses;
 	size_t		c;
-	Size		nleaves = 0;
 	Size		remaining = 0;
 	Size		i;
-	AmrStatus	st;
-	bool		locked = false;
 
 	items = build_alloc(sizeof(AmrPackPoint) * (n + 1));
 	order = (uint32 *) items;
@@ -481,21 +686,7 @@ build_side(Relation index, AmrTree *t, AmrBuildEntry *entries, Size n,
 		pfree(scratch);
 	}
 
-	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_WRITE_LEAVES);
-	leaf_items = MemoryContextAllocHuge(CurrentMemoryContext,
-										sizeof(AmrPackItem) * (remaining + 1));
-	batch.n = 0;
-	batch.images = (AmrLeaf *) TYPEALIGN(AMR_SLOT_SIZE,
-										 palloc((SSD_BATCH + 1) * AMR_SLOT_SIZE));
-
-	/*
-	 * One msync for every PMEM image and Leaf Table entry of the build where
-	 * the pool is a disk file, instead of three per leaf: the tree is
-	 * BUILDING, so a crash before the end discards it whatever reached the
-	 * file, and the batch ends before the build returns, so before its
-	 * transaction can commit (docs/design.md, "Commit points").
-	 */
-	amr_persist_batch_begin();
+	leaf_writer_begin(&w, index, t, nulls, lsn, remaining, done, bl);
 	PG_TRY();
 	{
 		for (c = 0; c < nclasses; c++)
@@ -505,118 +696,104 @@ build_side(Relation index, AmrTree *t, AmrBuildEntry *entries, Size n,
 			for (first = bounds[c]; first < bounds[c + 1]; first += fill)
 			{
 				Size		take = Min((Size) fill, bounds[c + 1] - first);
-				uint32		leaf_id;
-				uint32		slot;
-				uint32		tier;
-				AmrFBox		mbr;
-				AmrLeaf    *dst;
 
-				if (!locked)
-				{
-					CHECK_FOR_INTERRUPTS();
-					LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-					locked = true;
-				}
-				/* PMEM while within the budget (if any), the rest to SSD */
-				tier = amr_tree_new_image_tier(t, 1, remaining--);
-				reserve_leaf(index, &tier, &leaf_id, &slot);
-				dst = tier == AMR_TIER_SSD ? &batch.images[batch.n] : img;
-				amr_leaf_image_init(dst, leaf_id, t->tree_no, t->generation,
-									AMR_WORD_VERSION(amr_lt_word(s, leaf_id)) + 1, nulls);
-
-				/*
-				 * The rows of the next leaf, wherever the heap scan put them:
-				 * fetched while this one is copied, their cache misses (and
-				 * TLB misses) overlap instead of following one another.
-				 */
-				for (i = first + take; i < Min(first + take + (Size) fill, n); i++)
-					prefetch_row(&entries[order[i]]);
-
-				/*
-				 * the leaf's box: the union of its entries' (outward-rounded)
-				 * boxes
-				 */
-				mbr = amr_fbox_empty();
-				for (i = 0; i < take; i++)
-				{
-					const AmrBuildEntry *e = &entries[order[first + i]];
-
-					set_leaf_entry(&dst->entries[i], e, lsn);
-					if (!nulls)
-					{
-						AmrFBox		fb = amr_fbox_from_box(&e->key);
-
-						amr_fbox_extend(&mbr, &fb);
-					}
-				}
-				dst->hdr.nentries = take;
-
-				if (tier == AMR_TIER_PMEM)
-				{
-					AMR_FAULT_POINT("build:before_leaf");
-					amr_leaf_write_image(index, tier, slot, dst);
-					AMR_FAULT_POINT("build:after_leaf_persisted");
-					publish_leaf(t, leaf_id, tier, slot, dst, &mbr, nulls,
-								 &leaf_items[nleaves++]);
-					AMR_FAULT_POINT("build:after_leaf_published");
-					build_log_add(bl, leaf_id, amr_pmem_slot(s, slot));
-				}
-				else
-				{
-					batch.leaf_id[batch.n] = leaf_id;
-					batch.slot[batch.n] = slot;
-					batch.mbr[batch.n] = mbr;
-					batch.n++;
-					if (batch.n == SSD_BATCH)
-						flush_batch(index, t, &batch, nulls, leaf_items, &nleaves, bl);
-				}
-				*done += take;
-				if (batch.n == 0)
-				{
-					LWLockRelease(&amr_shared->publish_lock);
-					locked = false;
-				}
-				if ((nleaves & 63) == 0)
-					pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) *done);
+				leaf_writer_add(&w, entries, order + first, take, order + first + take,
+								Min((Size) fill, n - (first + take)));
 			}
 		}
-		if (batch.n > 0)
-			flush_batch(index, t, &batch, nulls, leaf_items, &nleaves, bl);
-		amr_persist_batch_end();
-		build_log_flush(bl);
-		if (locked)
-		{
-			LWLockRelease(&amr_shared->publish_lock);
-			locked = false;
-		}
+		leaf_writer_finish(&w);
 	}
 	PG_CATCH();
 	{
-		/* the published leaves go with the tree when the transaction aborts */
-		amr_persist_batch_end();
-		release_batch(&batch);
+		leaf_writer_abort(&w);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_DONE, (int64) *done);
-
-	pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_INNER);
 	pfree(items);
-	level_scratch = MemoryContextAllocHuge(CurrentMemoryContext,
-										   sizeof(AmrPackItem) * (nleaves + 1));
-	node_ids = MemoryContextAllocHuge(CurrentMemoryContext, sizeof(uint32) *
-									  (amr_build_levels_nodes_needed(nleaves, AMR_BUILD_INNER_FILL) + 1));
-	LWLockAcquire(&amr_shared->publish_lock, LW_SHARED);
-	LWLockAcquire(amr_tree_lock(t), LW_EXCLUSIVE);
-	st = amr_build_levels(s, t, nulls, leaf_items, nleaves, AMR_BUILD_INNER_FILL,
-						  level_scratch, node_ids);
-	LWLockRelease(amr_tree_lock(t));
-	LWLockRelease(&amr_shared->publish_lock);
-	amr_report_status(st, index);
+	leaf_writer_build_inner(&w);
+}
 
-	pfree(level_scratch);
-	pfree(leaf_items);
-	pfree(node_ids);
+/* A leaf's sort keys: heap block, offset, and the row's place in the leaf. */
+#define ST_SORT sort_leaf_keys
+#define ST_ELEMENT_TYPE uint64
+#define ST_COMPARE(a, b) (*(a) < *(b) ? -1 : *(a) > *(b) ? 1 : 0)
+#define ST_SCOPE static
+#define ST_DEFINE
+#include "lib/sort_template.h"
+
+/*
+ * idx[0..take-1] := the rows of a leaf, rows[0..take-1], in heap order, so
+ * that an index scan fetches them block by block (order_leaves_by_heap
+ * does it for a build in memory).  keys[] is room for take numbers.
+ */
+static void
+order_leaf_by_heap(const AmrBuildEntry *rows, Size take, uint64 *keys, uint32 *idx)
+{
+	Size		i;
+
+	Assert(take <= PG_UINT16_MAX);
+	for (i = 0; i < take; i++)
+		keys[i] = ((uint64) ItemPointerGetBlockNumberNoCheck(&rows[i].tid) << 32) |
+			((uint64) ItemPointerGetOffsetNumberNoCheck(&rows[i].tid) << 16) | i;
+	sort_leaf_keys(keys, take);
+	for (i = 0; i < take; i++)
+		idx[i] = (uint32) (keys[i] & PG_UINT16_MAX);
+}
+
+/*
+ * One side of a build whose rows went to sorted runs on disk: the boxes a
+ * slice at a time as the runs merge (amr_buildspill.c), the NULL keys in
+ * scan order.  Every slice but a size class's last holds whole leaves, so
+ * the leaves are those a build in memory cuts.
+ */
+static void
+build_side_spilled(Relation index, AmrTree *t, AmrSpill *sp, bool nulls,
+				   XLogRecPtr lsn, Size *done, BuildLog *bl)
+{
+	Size		fill = (Size) amr_build_leaf_fill(index);
+	AmrBuildEntry *buf = palloc(sizeof(AmrBuildEntry) * fill);
+	uint64	   *keys = palloc(sizeof(uint64) * fill);
+	uint32	   *idx = palloc(sizeof(uint32) * fill);
+	LeafWriter	w;
+
+	leaf_writer_begin(&w, index, t, nulls, lsn, amr_spill_leaves(sp, nulls), done, bl);
+	PG_TRY();
+	{
+		AmrBuildEntry *rows;
+		Size		n;
+
+		if (nulls)
+		{
+			while ((n = amr_spill_next_nulls(sp, buf, fill)) > 0)
+				leaf_writer_add(&w, buf, NULL, n, NULL, 0);
+		}
+		else
+		{
+			while ((n = amr_spill_next_slice(sp, &rows)) > 0)
+			{
+				Size		first;
+
+				for (first = 0; first < n; first += fill)
+				{
+					Size		take = Min(fill, n - first);
+
+					order_leaf_by_heap(rows + first, take, keys, idx);
+					leaf_writer_add(&w, rows + first, idx, take, NULL, 0);
+				}
+			}
+		}
+		leaf_writer_finish(&w);
+	}
+	PG_CATCH();
+	{
+		leaf_writer_abort(&w);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	pfree(buf);
+	pfree(keys);
+	pfree(idx);
+	leaf_writer_build_inner(&w);
 }
 
 /* ---- a parallel heap scan ---- */
@@ -877,6 +1054,7 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 	AmrTree    *t;
 	XLogRecPtr	lsn;
 	Size		done = 0;
+	Size		nrows;
 	bool		unlogged = index->rd_rel->relpersistence == RELPERSISTENCE_UNLOGGED;
 	BuildLog	bl;
 
@@ -906,6 +1084,9 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 
 	memset(&bs, 0, sizeof(bs));
 	bs.index = index;
+	bs.fill = amr_build_leaf_fill(index);
+	bs.mem = (Size) maintenance_work_mem * 1024;
+	bs.max_rows = Max(bs.mem / AMR_BUILD_BYTES_PER_ROW, 1024);
 	rowmem_init(&bs.rowmem);
 
 	/*
@@ -916,7 +1097,8 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 	 * (reltuples = -1) is estimated from its size and row width, and one that
 	 * grew since is scaled to its current size.  Not for a partial index,
 	 * which may take a small part of the rows: room for all of them could
-	 * exceed what the machine would grant.
+	 * exceed what the machine would grant.  At most what maintenance_work_mem
+	 * holds: more rows than that go to sorted runs on disk.
 	 */
 	if (indexInfo->ii_Predicate == NIL)
 	{
@@ -927,7 +1109,7 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 		table_relation_estimate_size(heap, NULL, &pages, &tuples, &allvisfrac);
 		if (tuples > 0)
 		{
-			bs.capboxes = Min((Size) (tuples * 1.05) + 1024,
+			bs.capboxes = Min(Min((Size) (tuples * 1.05) + 1024, bs.max_rows),
 							  MaxAllocHugeSize / sizeof(AmrBuildEntry));
 			bs.boxes = build_alloc(bs.capboxes * sizeof(AmrBuildEntry));
 		}
@@ -937,6 +1119,19 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 		reltuples = table_index_build_scan(heap, index, indexInfo, true, true,
 										   build_callback, (void *) &bs, NULL);
 	MemoryContextDelete(bs.rowmem.cxt);
+	if (bs.spill)
+	{
+		/* the last rows to the runs, and their memory back before the merge */
+		spill_collected(&bs);
+		if (bs.boxes)
+			pfree(bs.boxes);
+		if (bs.nulls)
+			pfree(bs.nulls);
+		bs.boxes = bs.nulls = NULL;
+		nrows = amr_spill_rows(bs.spill, false) + amr_spill_rows(bs.spill, true);
+	}
+	else
+		nrows = bs.nboxes + bs.nnulls;
 
 	/*
 	 * Every row seen was inserted by a WAL record before this point, so the
@@ -944,13 +1139,21 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 	 * rows").
 	 */
 	lsn = amr_insert_lsn();
-	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL,
-								 (int64) (bs.nboxes + bs.nnulls));
+	pgstat_progress_update_param(PROGRESS_CREATEIDX_TUPLES_TOTAL, (int64) nrows);
 	memset(&bl, 0, sizeof(bl));
 	bl.t = t;
 	bl.enabled = amr_wal_wanted(t, index);
-	build_side(index, t, bs.boxes, bs.nboxes, false, lsn, &done, &bl);
-	build_side(index, t, bs.nulls, bs.nnulls, true, lsn, &done, &bl);
+	if (bs.spill)
+	{
+		build_side_spilled(index, t, bs.spill, false, lsn, &done, &bl);
+		build_side_spilled(index, t, bs.spill, true, lsn, &done, &bl);
+		amr_spill_end(bs.spill);
+	}
+	else
+	{
+		build_side(index, t, bs.boxes, bs.nboxes, false, lsn, &done, &bl);
+		build_side(index, t, bs.nulls, bs.nnulls, true, lsn, &done, &bl);
+	}
 	if (bl.enabled)
 		amr_wal_tree_built(t);
 
@@ -971,7 +1174,7 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 
 	result = (IndexBuildResult *) palloc(sizeof(IndexBuildResult));
 	result->heap_tuples = reltuples;
-	result->index_tuples = (double) (bs.nboxes + bs.nnulls);
+	result->index_tuples = (double) nrows;
 	return result;
 }
 

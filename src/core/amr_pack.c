@@ -126,21 +126,27 @@ radix_sort(AmrPackItem *items, size_t n, int axis, AmrPackItem *scratch)
 		memcpy(items, src, n * sizeof(AmrPackItem));
 }
 
+size_t
+amr_str_slice_items(size_t n, size_t per_group)
+{
+	size_t		groups;
+
+	if (n <= per_group || per_group == 0)
+		return n;
+	groups = (n + per_group - 1) / per_group;
+	return (size_t) ceil(sqrt((double) groups)) * per_group;
+}
+
 void
 amr_str_order(AmrPackItem *items, size_t n, size_t per_group,
 			  AmrPackItem *scratch)
 {
-	size_t		groups,
-				slices,
-				slice_items,
-				start;
+	size_t		slice_items;
+	size_t		start;
 
 	if (n <= per_group || per_group == 0)
 		return;
-	groups = (n + per_group - 1) / per_group;
-	slices = (size_t) ceil(sqrt((double) groups));
-	slice_items = slices * per_group;
-
+	slice_items = amr_str_slice_items(n, per_group);
 	radix_sort(items, n, 0, scratch);
 	for (start = 0; start < n; start += slice_items)
 	{
@@ -260,8 +266,8 @@ point_key(const AmrPackPoint *p, int axis)
 }
 
 /* radix_sort for point items: 32-bit keys, three passes at most */
-static void
-radix_sort_points(AmrPackPoint *items, size_t n, int axis, AmrPackPoint *scratch)
+void
+amr_pack_points_sort(AmrPackPoint *items, size_t n, int axis, AmrPackPoint *scratch)
 {
 	enum
 	{
@@ -371,14 +377,13 @@ amr_pack_points_order(AmrPackPoint *items, const uint8_t *cls, size_t n,
 		bounds[nclasses++] = sum;
 		if (len > per_group && per_group > 0)
 		{
-			size_t		groups = (len + per_group - 1) / per_group;
-			size_t		slice_items = (size_t) ceil(sqrt((double) groups)) * per_group;
+			size_t		slice_items = amr_str_slice_items(len, per_group);
 			size_t		first;
 
-			radix_sort_points(part, len, 0, scratch);
+			amr_pack_points_sort(part, len, 0, scratch);
 			for (first = 0; first < len; first += slice_items)
-				radix_sort_points(part + first, len - first < slice_items ? len - first : slice_items,
-								  1, scratch);
+				amr_pack_points_sort(part + first, len - first < slice_items ? len - first : slice_items,
+									 1, scratch);
 		}
 		sum += len;
 	}

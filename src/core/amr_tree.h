@@ -512,6 +512,12 @@ extern void amr_str_order(AmrPackItem *items, size_t n, size_t per_group,
 						  AmrPackItem *scratch);
 
 /*
+ * How many items each slice of STR takes for n items in groups of
+ * per_group (a whole number of groups; n when n fits one group).
+ */
+extern size_t amr_str_slice_items(size_t n, size_t per_group);
+
+/*
  * Packing order: items grouped into size classes (extent a factor of four
  * apart), each class in STR order.  bounds (AMR_SIZE_CLASSES + 1 entries)
  * receives the start of each non-empty class and the end; returns the
@@ -552,6 +558,13 @@ amr_pack_point(const AmrFBox *b, uint32_t ref)
 	p.ref = ref;
 	return p;
 }
+
+/*
+ * Sort point items by their x (axis 0) or y (axis 1) key, stably (a radix
+ * sort); scratch holds n items.
+ */
+extern void amr_pack_points_sort(AmrPackPoint *items, size_t n, int axis,
+								 AmrPackPoint *scratch);
 
 /*
  * amr_pack_order for point items whose size classes are given (cls[i]

@@ -1,0 +1,458 @@
+/*-------------------------------------------------------------------------
+ *
+ * amr_buildspill.c
+ *		A bulk build larger than maintenance_work_mem: its rows sorted in
+ *		runs on temporary files, merged back one STR slice at a time.
+ *
+ * In memory, a build puts every row in STR order at once (amr_build.c,
+ * pack_order): rows by size class, each class by centre x, cut into
+ * slices of a whole number of leaves, each slice by centre y.  Only the
+ * first of those sorts needs every row: once the rows of a class come in x
+ * order, a slice is complete as soon as its last row has come, and a slice
+ * is small (about sqrt(rows x fill) rows: 26,000 rows, 1 MB, at 10M rows).
+ * So the rows are sorted by (class, x) in chunks that fit in
+ * maintenance_work_mem, each chunk written as a run to a temporary file
+ * (BufFile, removed at transaction end whatever happens); then the runs
+ * are merged, at most MAX_MERGE_ORDER at a time (more runs take further
+ * passes, each writing longer runs), and the merged rows are cut into
+ * slices as they arrive, each sorted by y in memory.  The classes need a
+ * limit fixed before the first run is written: it is sampled from the
+ * first chunk rather than from every row.  Rows of equal keys may come in
+ * another order than in memory (runs merge stably, but classes differ if
+ * the sample does); leaves end up as packed as in memory.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "amr_build.h"
+
+#include "miscadmin.h"
+#include "storage/buffile.h"
+#include "utils/memutils.h"
+
+/*
+ * Runs merged at once, at most (as tuplesort caps its merge order): each
+ * open run holds a BLCKSZ buffer, and more runs than kernel file
+ * descriptors would make every refill reopen a file.
+ */
+#define MAX_MERGE_ORDER		500
+
+/* A row in a run, with its sort key. */
+typedef struct SpillRecord
+{
+	uint64		key;			/* size class << 32 | centre x key */
+	AmrBuildEntry row;
+} SpillRecord;
+
+/* A merge of runs: a binary min-heap of run numbers by their head record. */
+typedef struct SpillMerge
+{
+	int			nruns;
+	BufFile   **runs;
+	SpillRecord *heads;
+	int		   *heap;
+	int			nheap;
+} SpillMerge;
+
+struct AmrSpill
+{
+	MemoryContext cxt;
+	int			fill;
+	Size		chunk_rows;
+	int			merge_order;
+
+	/* the size classes' limit, from the first chunk */
+	bool		have_base;
+	double		base;
+
+	/* sorting a chunk: chunk_rows each, freed when the merge begins */
+	AmrPackPoint *items;
+	AmrPackPoint *scratch;
+	uint8	   *cls;
+
+	/* the runs written so far */
+	BufFile   **runs;
+	int			nruns;
+	int			maxruns;
+	Size		class_rows[AMR_SIZE_CLASSES];
+	Size		nrows;
+
+	/* NULL keys, in scan order */
+	BufFile    *nullfile;
+	Size		nnulls;
+	bool		nulls_rewound;
+
+	/* reading back: the final merge and the slice being cut */
+	bool		merging;
+	SpillMerge	merge;
+	int			cur_class;
+	Size		class_left;
+	Size		slice_items;
+	AmrBuildEntry *slice_in;
+	AmrBuildEntry *slice_out;
+	AmrPackPoint *slice_points;
+	AmrPackPoint *slice_scratch;
+};
+
+AmrSpill *
+amr_spill_begin(Size chunk_rows, int fill, Size mem)
+{
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "amrtree build runs",
+											  ALLOCSET_DEFAULT_SIZES);
+	AmrSpill   *sp = MemoryContextAllocZero(cxt, sizeof(AmrSpill));
+
+	sp->cxt = cxt;
+	sp->fill = fill;
+	sp->chunk_rows = chunk_rows;
+	sp->merge_order = (int) Max(Min(mem / (2 * BLCKSZ), MAX_MERGE_ORDER), 2);
+	sp->items = MemoryContextAllocHuge(cxt, sizeof(AmrPackPoint) * (chunk_rows + 1));
+	sp->scratch = MemoryContextAllocHuge(cxt, sizeof(AmrPackPoint) * (chunk_rows + 1));
+	sp->cls = MemoryContextAllocHuge(cxt, chunk_rows + 1);
+	sp->maxruns = 16;
+	sp->runs = MemoryContextAlloc(cxt, sizeof(BufFile *) * sp->maxruns);
+	return sp;
+}
+
+static void
+write_record(BufFile *file, uint64 key, const AmrBuildEntry *row)
+{
+	SpillRecord rec;
+
+	rec.key = key;
+	rec.row = *row;
+	BufFileWrite(file, &rec, sizeof(rec));
+}
+
+/* The next record of a run into *rec; false at its end. */
+static bool
+read_record(BufFile *file, SpillRecord *rec)
+{
+	size_t		got = BufFileRead(file, rec, sizeof(*rec));
+
+	if (got == 0)
+		return false;
+	if (got != sizeof(*rec))
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not read from amrtree build temporary file: read only %zu of %zu bytes",
+						got, sizeof(*rec))));
+	return true;
+}
+
+void
+amr_spill_add_rows(AmrSpill *sp, const AmrBuildEntry *rows, Size n)
+{
+	MemoryContext old;
+	Size		counts[AMR_SIZE_CLASSES] = {0};
+	Size		start[AMR_SIZE_CLASSES];
+	Size		sum = 0;
+	BufFile    *file;
+	Size		i;
+	int			c;
+
+	Assert(n <= sp->chunk_rows);
+	if (n == 0)
+		return;
+	CHECK_FOR_INTERRUPTS();
+	if (!sp->have_base)
+	{
+		sp->base = amr_build_class_base(rows, n);
+		sp->have_base = true;
+	}
+
+	/* by class (a stable counting sort), then each class by centre x */
+	amr_build_points(rows, n, sp->base, sp->items, sp->cls);
+	for (i = 0; i < n; i++)
+		counts[sp->cls[i]]++;
+	for (c = 0; c < AMR_SIZE_CLASSES; c++)
+	{
+		start[c] = sum;
+		sum += counts[c];
+	}
+	for (i = 0; i < n; i++)
+		sp->scratch[start[sp->cls[i]]++] = sp->items[i];
+	memcpy(sp->items, sp->scratch, n * sizeof(AmrPackPoint));
+
+	old = MemoryContextSwitchTo(sp->cxt);
+	file = BufFileCreateTemp(false);
+	if (sp->nruns == sp->maxruns)
+	{
+		sp->maxruns *= 2;
+		sp->runs = repalloc(sp->runs, sizeof(BufFile *) * sp->maxruns);
+	}
+	sp->runs[sp->nruns++] = file;
+	MemoryContextSwitchTo(old);
+
+	sum = 0;
+	for (c = 0; c < AMR_SIZE_CLASSES; c++)
+	{
+		AmrPackPoint *part = sp->items + sum;
+
+		amr_pack_points_sort(part, counts[c], 0, sp->scratch);
+		for (i = 0; i < counts[c]; i++)
+			write_record(file, ((uint64) c << 32) | part[i].xkey, &rows[part[i].ref]);
+		sp->class_rows[c] += counts[c];
+		sum += counts[c];
+	}
+	sp->nrows += n;
+}
+
+void
+amr_spill_add_nulls(AmrSpill *sp, const AmrBuildEntry *rows, Size n)
+{
+	if (n == 0)
+		return;
+	if (sp->nullfile == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(sp->cxt);
+
+		sp->nullfile = BufFileCreateTemp(false);
+		MemoryContextSwitchTo(old);
+	}
+	BufFileWrite(sp->nullfile, (void *) rows, n * sizeof(AmrBuildEntry));
+	sp->nnulls += n;
+}
+
+Size
+amr_spill_rows(AmrSpill *sp, bool nulls)
+{
+	return nulls ? sp->nnulls : sp->nrows;
+}
+
+Size
+amr_spill_leaves(AmrSpill *sp, bool nulls)
+{
+	Size		leaves = 0;
+	int			c;
+
+	if (nulls)
+		return (sp->nnulls + sp->fill - 1) / sp->fill;
+	for (c = 0; c < AMR_SIZE_CLASSES; c++)
+		leaves += (sp->class_rows[c] + sp->fill - 1) / sp->fill;
+	return leaves;
+}
+
+/* ---- merging runs ---- */
+
+static inline bool
+merge_precedes(const SpillMerge *m, int a, int b)
+{
+	/* equal keys: the earlier run first, so that merging is stable */
+	return m->heads[a].key < m->heads[b].key ||
+		(m->heads[a].key == m->heads[b].key && a < b);
+}
+
+static void
+merge_sift_down(SpillMerge *m, int pos)
+{
+	for (;;)
+	{
+		int			child = 2 * pos + 1;
+		int			tmp;
+
+		if (child >= m->nheap)
+			break;
+		if (child + 1 < m->nheap && merge_precedes(m, m->heap[child + 1], m->heap[child]))
+			child++;
+		if (!merge_precedes(m, m->heap[child], m->heap[pos]))
+			break;
+		tmp = m->heap[pos];
+		m->heap[pos] = m->heap[child];
+		m->heap[child] = tmp;
+		pos = child;
+	}
+}
+
+/* Start merging runs[0..nruns-1], each read from its beginning. */
+static void
+merge_begin(SpillMerge *m, BufFile **runs, int nruns)
+{
+	int			i;
+
+	m->nruns = nruns;
+	m->runs = runs;
+	m->heads = palloc(sizeof(SpillRecord) * nruns);
+	m->heap = palloc(sizeof(int) * nruns);
+	m->nheap = 0;
+	for (i = 0; i < nruns; i++)
+	{
+		if (BufFileSeek(runs[i], 0, 0, SEEK_SET) != 0)
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not rewind amrtree build temporary file: %m")));
+		if (read_record(runs[i], &m->heads[i]))
+			m->heap[m->nheap++] = i;
+	}
+	for (i = m->nheap / 2 - 1; i >= 0; i--)
+		merge_sift_down(m, i);
+}
+
+/* The next record of the merge into *rec; false when every run is done. */
+static bool
+merge_next(SpillMerge *m, SpillRecord *rec)
+{
+	int			top;
+
+	if (m->nheap == 0)
+		return false;
+	top = m->heap[0];
+	*rec = m->heads[top];
+	if (!read_record(m->runs[top], &m->heads[top]))
+		m->heap[0] = m->heap[--m->nheap];
+	merge_sift_down(m, 0);
+	return true;
+}
+
+/* Close the merged runs (their files go with them). */
+static void
+merge_end(SpillMerge *m)
+{
+	int			i;
+
+	for (i = 0; i < m->nruns; i++)
+		BufFileClose(m->runs[i]);
+	pfree(m->heads);
+	pfree(m->heap);
+}
+
+/*
+ * Merge runs, merge_order at a time, into fewer longer runs until one merge
+ * can take them all.  Groups are consecutive, so the order of equal keys
+ * stays the order of the runs.
+ */
+static void
+reduce_runs(AmrSpill *sp)
+{
+	while (sp->nruns > sp->merge_order)
+	{
+		int			nnew = 0;
+		int			first;
+
+		for (first = 0; first < sp->nruns; first += sp->merge_order)
+		{
+			int			k = Min(sp->merge_order, sp->nruns - first);
+			SpillMerge	m;
+			SpillRecord rec;
+			BufFile    *out;
+
+			CHECK_FOR_INTERRUPTS();
+			if (k == 1)
+			{
+				sp->runs[nnew++] = sp->runs[first];
+				continue;
+			}
+			out = BufFileCreateTemp(false);
+			merge_begin(&m, sp->runs + first, k);
+			while (merge_next(&m, &rec))
+				BufFileWrite(out, &rec, sizeof(rec));
+			merge_end(&m);
+			sp->runs[nnew++] = out;
+		}
+		sp->nruns = nnew;
+	}
+}
+
+/* Switch from writing runs to reading them back. */
+static void
+begin_reading(AmrSpill *sp)
+{
+	MemoryContext old = MemoryContextSwitchTo(sp->cxt);
+	Size		max_slice = 0;
+	int			c;
+
+	pfree(sp->items);
+	pfree(sp->scratch);
+	pfree(sp->cls);
+	sp->items = sp->scratch = NULL;
+	sp->cls = NULL;
+
+	reduce_runs(sp);
+	merge_begin(&sp->merge, sp->runs, sp->nruns);
+
+	for (c = 0; c < AMR_SIZE_CLASSES; c++)
+		max_slice = Max(max_slice, amr_str_slice_items(sp->class_rows[c], sp->fill));
+	sp->slice_in = MemoryContextAllocHuge(sp->cxt, sizeof(AmrBuildEntry) * (max_slice + 1));
+	sp->slice_out = MemoryContextAllocHuge(sp->cxt, sizeof(AmrBuildEntry) * (max_slice + 1));
+	sp->slice_points = MemoryContextAllocHuge(sp->cxt, sizeof(AmrPackPoint) * (max_slice + 1));
+	sp->slice_scratch = MemoryContextAllocHuge(sp->cxt, sizeof(AmrPackPoint) * (max_slice + 1));
+	sp->cur_class = -1;
+	sp->class_left = 0;
+	sp->merging = true;
+	MemoryContextSwitchTo(old);
+}
+
+Size
+amr_spill_next_slice(AmrSpill *sp, AmrBuildEntry **rows)
+{
+	SpillRecord rec;
+	Size		take;
+	Size		i;
+
+	if (!sp->merging)
+		begin_reading(sp);
+	while (sp->class_left == 0)
+	{
+		if (sp->cur_class + 1 >= AMR_SIZE_CLASSES)
+			return 0;
+		sp->cur_class++;
+		sp->class_left = sp->class_rows[sp->cur_class];
+		sp->slice_items = amr_str_slice_items(sp->class_left, sp->fill);
+	}
+	CHECK_FOR_INTERRUPTS();
+
+	take = Min(sp->slice_items, sp->class_left);
+	for (i = 0; i < take; i++)
+	{
+		AmrFBox		fb;
+
+		if (!merge_next(&sp->merge, &rec) || (int) (rec.key >> 32) != sp->cur_class)
+			elog(ERROR, "amrtree build: the sorted runs do not hold the rows written to them");
+		sp->slice_in[i] = rec.row;
+		fb = amr_fbox_from_box(&rec.row.key);
+		sp->slice_points[i] = amr_pack_point(&fb, (uint32) i);
+	}
+	amr_pack_points_sort(sp->slice_points, take, 1, sp->slice_scratch);
+	for (i = 0; i < take; i++)
+		sp->slice_out[i] = sp->slice_in[sp->slice_points[i].ref];
+	sp->class_left -= take;
+	*rows = sp->slice_out;
+	return take;
+}
+
+Size
+amr_spill_next_nulls(AmrSpill *sp, AmrBuildEntry *buf, Size max)
+{
+	size_t		got;
+
+	if (sp->nullfile == NULL)
+		return 0;
+	if (!sp->nulls_rewound)
+	{
+		if (BufFileSeek(sp->nullfile, 0, 0, SEEK_SET) != 0)
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not rewind amrtree build temporary file: %m")));
+		sp->nulls_rewound = true;
+	}
+	got = BufFileRead(sp->nullfile, buf, max * sizeof(AmrBuildEntry));
+	if (got % sizeof(AmrBuildEntry) != 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not read from amrtree build temporary file: read only %zu bytes",
+						got)));
+	return got / sizeof(AmrBuildEntry);
+}
+
+void
+amr_spill_end(AmrSpill *sp)
+{
+	int			i;
+
+	if (sp->merging)
+		merge_end(&sp->merge);
+	else
+		for (i = 0; i < sp->nruns; i++)
+			BufFileClose(sp->runs[i]);
+	if (sp->nullfile)
+		BufFileClose(sp->nullfile);
+	MemoryContextDelete(sp->cxt);
+}
