@@ -267,12 +267,6 @@ build_callback(Relation index, ItemPointer tid, Datum *values, bool *isnull,
 	collect_row(next_entry(bs, isnull[0]), index, tid, values[0], isnull[0], &bs->rowmem);
 }
 
-#if defined(__GNUC__) || defined(__clang__)
-#define prefetch_row(p) __builtin_prefetch(p)
-#else
-#define prefetch_row(p) ((void) 0)
-#endif
-
 /* The leaf entry for a collected row. */
 static inline void
 set_leaf_entry(AmrLeafEntry *dst, const AmrBuildEntry *src, XLogRecPtr lsn)
@@ -542,7 +536,7 @@ leaf_writer_add(LeafWriter *w, const AmrBuildEntry *rows, const uint32 *idx, Siz
 						AMR_WORD_VERSION(amr_lt_word(s, leaf_id)) + 1, w->nulls);
 
 	for (i = 0; i < nnext; i++)
-		prefetch_row(&rows[next[i]]);
+		amr_build_prefetch(&rows[next[i]]);
 
 	/* the leaf's box: the union of its entries' (outward-rounded) boxes */
 	mbr = amr_fbox_empty();
@@ -713,33 +707,6 @@ build_side(Relation index, AmrTree *t, AmrBuildEntry *entries, Size n,
 	leaf_writer_build_inner(&w);
 }
 
-/* A leaf's sort keys: heap block, offset, and the row's place in the leaf. */
-#define ST_SORT sort_leaf_keys
-#define ST_ELEMENT_TYPE uint64
-#define ST_COMPARE(a, b) (*(a) < *(b) ? -1 : *(a) > *(b) ? 1 : 0)
-#define ST_SCOPE static
-#define ST_DEFINE
-#include "lib/sort_template.h"
-
-/*
- * idx[0..take-1] := the rows of a leaf, rows[0..take-1], in heap order, so
- * that an index scan fetches them block by block (order_leaves_by_heap
- * does it for a build in memory).  keys[] is room for take numbers.
- */
-static void
-order_leaf_by_heap(const AmrBuildEntry *rows, Size take, uint64 *keys, uint32 *idx)
-{
-	Size		i;
-
-	Assert(take <= PG_UINT16_MAX);
-	for (i = 0; i < take; i++)
-		keys[i] = ((uint64) ItemPointerGetBlockNumberNoCheck(&rows[i].tid) << 32) |
-			((uint64) ItemPointerGetOffsetNumberNoCheck(&rows[i].tid) << 16) | i;
-	sort_leaf_keys(keys, take);
-	for (i = 0; i < take; i++)
-		idx[i] = (uint32) (keys[i] & PG_UINT16_MAX);
-}
-
 /*
  * One side of a build whose rows went to sorted runs on disk: the boxes a
  * slice at a time as the runs merge (amr_buildspill.c), the NULL keys in
@@ -752,8 +719,6 @@ build_side_spilled(Relation index, AmrTree *t, AmrSpill *sp, bool nulls,
 {
 	Size		fill = (Size) amr_build_leaf_fill(index);
 	AmrBuildEntry *buf = palloc(sizeof(AmrBuildEntry) * fill);
-	uint64	   *keys = palloc(sizeof(uint64) * fill);
-	uint32	   *idx = palloc(sizeof(uint32) * fill);
 	LeafWriter	w;
 
 	leaf_writer_begin(&w, index, t, nulls, lsn, amr_spill_leaves(sp, nulls), done, bl);
@@ -775,10 +740,7 @@ build_side_spilled(Relation index, AmrTree *t, AmrSpill *sp, bool nulls,
 
 				for (first = 0; first < n; first += fill)
 				{
-					Size		take = Min(fill, n - first);
-
-					order_leaf_by_heap(rows + first, take, keys, idx);
-					leaf_writer_add(&w, rows + first, idx, take, NULL, 0);
+					leaf_writer_add(&w, rows + first, NULL, Min(fill, n - first), NULL, 0);
 				}
 			}
 		}
@@ -791,8 +753,6 @@ build_side_spilled(Relation index, AmrTree *t, AmrSpill *sp, bool nulls,
 	}
 	PG_END_TRY();
 	pfree(buf);
-	pfree(keys);
-	pfree(idx);
 	leaf_writer_build_inner(&w);
 }
 

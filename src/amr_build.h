@@ -31,6 +31,13 @@ typedef struct AmrBuildEntry
 #define AMR_BUILD_BYTES_PER_ROW \
 	(sizeof(AmrBuildEntry) + 2 * sizeof(AmrPackPoint) + sizeof(uint8))
 
+/* A hint to fetch the memory at p into the cache. */
+#if defined(__GNUC__) || defined(__clang__)
+#define amr_build_prefetch(p) __builtin_prefetch(p)
+#else
+#define amr_build_prefetch(p) ((void) 0)
+#endif
+
 /* The size-class limit of rows[0..n-1], from a sample of 1,024 spread over them. */
 extern double amr_build_class_base(const AmrBuildEntry *rows, Size n);
 
@@ -41,10 +48,11 @@ extern void amr_build_points(const AmrBuildEntry *rows, Size n, double base,
 /*
  * Sorted runs on disk (amr_buildspill.c).  The rows are handed over in
  * chunks of at most chunk_rows; each chunk is sorted by size class and
- * centre x and written as a run of temporary file.  Read back, the runs are
- * merged and the rows come out one STR slice at a time, each slice in its
- * final (y) order: the order amr_pack_points_order gives in memory, but for
- * the order among rows of equal keys.  NULL keys are kept in scan order.
+ * centre x and written as a run to a temporary file.  Read back, the runs
+ * are merged and the rows come out one STR slice at a time, leaf after leaf
+ * (the leaves amr_pack_points_order's order gives in memory, but for rows of
+ * equal keys), each leaf's rows in heap order.  NULL keys are kept in scan
+ * order.
  */
 typedef struct AmrSpill AmrSpill;
 
@@ -64,9 +72,9 @@ extern Size amr_spill_rows(AmrSpill *sp, bool nulls);
 extern Size amr_spill_leaves(AmrSpill *sp, bool nulls);
 
 /*
- * The next STR slice of the non-NULL keys, in order: *rows points to them
- * (valid until the next call); returns their number, 0 after the last.
- * Every slice but a size class's last holds a whole number of leaves.
+ * The next STR slice of the non-NULL keys, fill rows a leaf: *rows points
+ * to them (valid until the next call); returns their number, 0 after the
+ * last.  Every slice but a size class's last holds whole leaves.
  */
 extern Size amr_spill_next_slice(AmrSpill *sp, AmrBuildEntry **rows);
 

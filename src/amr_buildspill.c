@@ -36,18 +36,39 @@
  */
 #define MAX_MERGE_ORDER		500
 
+/* Rows ahead that writing a run fetches (they are scattered over the chunk). */
+#define SPILL_PREFETCH		16
+
 /* A row in a run, with its sort key. */
 typedef struct SpillRecord
 {
-	uint64		key;			/* size class << 32 | centre x key */
+	uint64		key;			/* centre x key << 32 | centre y key */
 	AmrBuildEntry row;
 } SpillRecord;
 
-/* A merge of runs: a binary min-heap of run numbers by their head record. */
+/*
+ * A run: one temporary file, the chunk's rows of each size class in a
+ * segment of their own, by centre x.  Classes are merged one after the
+ * other, so the key need not hold the class and can hold y, which the
+ * slice is sorted by next.
+ */
+typedef struct SpillRun
+{
+	BufFile    *file;
+	int			seg_fileno[AMR_SIZE_CLASSES];
+	off_t		seg_offset[AMR_SIZE_CLASSES];
+	Size		seg_rows[AMR_SIZE_CLASSES];
+} SpillRun;
+
+/*
+ * A merge of one size class's segments of some runs: a binary min-heap of
+ * run numbers by their head record.
+ */
 typedef struct SpillMerge
 {
 	int			nruns;
-	BufFile   **runs;
+	SpillRun   *runs;
+	Size	   *left;			/* rows of the segment after the head */
 	SpillRecord *heads;
 	int		   *heap;
 	int			nheap;
@@ -70,7 +91,7 @@ struct AmrSpill
 	uint8	   *cls;
 
 	/* the runs written so far */
-	BufFile   **runs;
+	SpillRun   *runs;
 	int			nruns;
 	int			maxruns;
 	Size		class_rows[AMR_SIZE_CLASSES];
@@ -81,16 +102,21 @@ struct AmrSpill
 	Size		nnulls;
 	bool		nulls_rewound;
 
-	/* reading back: the final merge and the slice being cut */
+	/* reading back: the merge of the current class and the slice being cut */
+	bool		reading;
 	bool		merging;
 	SpillMerge	merge;
 	int			cur_class;
 	Size		class_left;
 	Size		slice_items;
-	AmrBuildEntry *slice_in;
-	AmrBuildEntry *slice_out;
-	AmrPackPoint *slice_points;
+	AmrBuildEntry *slice_in;	/* as merged */
+	uint32	   *slice_ykey;		/* as merged */
+	AmrBuildEntry *slice_out;	/* leaf after leaf */
+	AmrPackPoint *slice_heap;	/* heap order: block, offset, row */
+	AmrPackPoint *slice_points; /* y order: y key, heap rank */
 	AmrPackPoint *slice_scratch;
+	uint32	   *leaf_of;		/* by heap rank: leaf in the slice */
+	uint32	   *leaf_next;		/* by leaf: where its next row goes */
 };
 
 AmrSpill *
@@ -108,44 +134,49 @@ amr_spill_begin(Size chunk_rows, int fill, Size mem)
 	sp->scratch = MemoryContextAllocHuge(cxt, sizeof(AmrPackPoint) * (chunk_rows + 1));
 	sp->cls = MemoryContextAllocHuge(cxt, chunk_rows + 1);
 	sp->maxruns = 16;
-	sp->runs = MemoryContextAlloc(cxt, sizeof(BufFile *) * sp->maxruns);
+	sp->runs = MemoryContextAlloc(cxt, sizeof(SpillRun) * sp->maxruns);
 	return sp;
 }
 
-static void
-write_record(BufFile *file, uint64 key, const AmrBuildEntry *row)
+/* A new run, in the spill's memory; its file is created empty. */
+static SpillRun *
+new_run(AmrSpill *sp)
 {
-	SpillRecord rec;
+	MemoryContext old = MemoryContextSwitchTo(sp->cxt);
+	SpillRun   *run;
 
-	rec.key = key;
-	rec.row = *row;
-	BufFileWrite(file, &rec, sizeof(rec));
+	if (sp->nruns == sp->maxruns)
+	{
+		sp->maxruns *= 2;
+		sp->runs = repalloc(sp->runs, sizeof(SpillRun) * sp->maxruns);
+	}
+	run = &sp->runs[sp->nruns++];
+	memset(run, 0, sizeof(*run));
+	run->file = BufFileCreateTemp(false);
+	MemoryContextSwitchTo(old);
+	return run;
 }
 
-/* The next record of a run into *rec; false at its end. */
-static bool
+/* The next record of a run into *rec (one must be there). */
+static void
 read_record(BufFile *file, SpillRecord *rec)
 {
 	size_t		got = BufFileRead(file, rec, sizeof(*rec));
 
-	if (got == 0)
-		return false;
 	if (got != sizeof(*rec))
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not read from amrtree build temporary file: read only %zu of %zu bytes",
 						got, sizeof(*rec))));
-	return true;
 }
 
 void
 amr_spill_add_rows(AmrSpill *sp, const AmrBuildEntry *rows, Size n)
 {
-	MemoryContext old;
 	Size		counts[AMR_SIZE_CLASSES] = {0};
 	Size		start[AMR_SIZE_CLASSES];
 	Size		sum = 0;
-	BufFile    *file;
+	SpillRun   *run;
 	Size		i;
 	int			c;
 
@@ -172,24 +203,26 @@ amr_spill_add_rows(AmrSpill *sp, const AmrBuildEntry *rows, Size n)
 		sp->scratch[start[sp->cls[i]]++] = sp->items[i];
 	memcpy(sp->items, sp->scratch, n * sizeof(AmrPackPoint));
 
-	old = MemoryContextSwitchTo(sp->cxt);
-	file = BufFileCreateTemp(false);
-	if (sp->nruns == sp->maxruns)
-	{
-		sp->maxruns *= 2;
-		sp->runs = repalloc(sp->runs, sizeof(BufFile *) * sp->maxruns);
-	}
-	sp->runs[sp->nruns++] = file;
-	MemoryContextSwitchTo(old);
-
+	run = new_run(sp);
 	sum = 0;
 	for (c = 0; c < AMR_SIZE_CLASSES; c++)
 	{
 		AmrPackPoint *part = sp->items + sum;
 
 		amr_pack_points_sort(part, counts[c], 0, sp->scratch);
+		BufFileTell(run->file, &run->seg_fileno[c], &run->seg_offset[c]);
 		for (i = 0; i < counts[c]; i++)
-			write_record(file, ((uint64) c << 32) | part[i].xkey, &rows[part[i].ref]);
+		{
+			SpillRecord rec;
+
+			/* the rows are gathered across the chunk: fetch ahead */
+			if (i + SPILL_PREFETCH < counts[c])
+				amr_build_prefetch(&rows[part[i + SPILL_PREFETCH].ref]);
+			rec.key = ((uint64) part[i].xkey << 32) | part[i].ykey;
+			rec.row = rows[part[i].ref];
+			BufFileWrite(run->file, &rec, sizeof(rec));
+		}
+		run->seg_rows[c] = counts[c];
 		sp->class_rows[c] += counts[c];
 		sum += counts[c];
 	}
@@ -262,31 +295,37 @@ merge_sift_down(SpillMerge *m, int pos)
 	}
 }
 
-/* Start merging runs[0..nruns-1], each read from its beginning. */
+/* Start merging size class cls of runs[0..nruns-1]. */
 static void
-merge_begin(SpillMerge *m, BufFile **runs, int nruns)
+merge_begin(SpillMerge *m, SpillRun *runs, int nruns, int cls)
 {
 	int			i;
 
 	m->nruns = nruns;
 	m->runs = runs;
+	m->left = palloc(sizeof(Size) * nruns);
 	m->heads = palloc(sizeof(SpillRecord) * nruns);
 	m->heap = palloc(sizeof(int) * nruns);
 	m->nheap = 0;
 	for (i = 0; i < nruns; i++)
 	{
-		if (BufFileSeek(runs[i], 0, 0, SEEK_SET) != 0)
+		m->left[i] = runs[i].seg_rows[cls];
+		if (m->left[i] == 0)
+			continue;
+		if (BufFileSeek(runs[i].file, runs[i].seg_fileno[cls], runs[i].seg_offset[cls],
+						SEEK_SET) != 0)
 			ereport(ERROR,
 					(errcode_for_file_access(),
-					 errmsg("could not rewind amrtree build temporary file: %m")));
-		if (read_record(runs[i], &m->heads[i]))
-			m->heap[m->nheap++] = i;
+					 errmsg("could not seek in amrtree build temporary file: %m")));
+		read_record(runs[i].file, &m->heads[i]);
+		m->left[i]--;
+		m->heap[m->nheap++] = i;
 	}
 	for (i = m->nheap / 2 - 1; i >= 0; i--)
 		merge_sift_down(m, i);
 }
 
-/* The next record of the merge into *rec; false when every run is done. */
+/* The next record of the merge into *rec; false when every segment is done. */
 static bool
 merge_next(SpillMerge *m, SpillRecord *rec)
 {
@@ -296,20 +335,21 @@ merge_next(SpillMerge *m, SpillRecord *rec)
 		return false;
 	top = m->heap[0];
 	*rec = m->heads[top];
-	if (!read_record(m->runs[top], &m->heads[top]))
+	if (m->left[top] > 0)
+	{
+		read_record(m->runs[top].file, &m->heads[top]);
+		m->left[top]--;
+	}
+	else
 		m->heap[0] = m->heap[--m->nheap];
 	merge_sift_down(m, 0);
 	return true;
 }
 
-/* Close the merged runs (their files go with them). */
 static void
 merge_end(SpillMerge *m)
 {
-	int			i;
-
-	for (i = 0; i < m->nruns; i++)
-		BufFileClose(m->runs[i]);
+	pfree(m->left);
 	pfree(m->heads);
 	pfree(m->heap);
 }
@@ -324,30 +364,44 @@ reduce_runs(AmrSpill *sp)
 {
 	while (sp->nruns > sp->merge_order)
 	{
-		int			nnew = 0;
+		SpillRun   *old = sp->runs;
+		int			nold = sp->nruns;
 		int			first;
 
-		for (first = 0; first < sp->nruns; first += sp->merge_order)
+		sp->runs = palloc(sizeof(SpillRun) * sp->maxruns);
+		sp->nruns = 0;
+		for (first = 0; first < nold; first += sp->merge_order)
 		{
-			int			k = Min(sp->merge_order, sp->nruns - first);
-			SpillMerge	m;
-			SpillRecord rec;
-			BufFile    *out;
+			int			k = Min(sp->merge_order, nold - first);
+			SpillRun   *out;
+			int			c;
+			int			i;
 
 			CHECK_FOR_INTERRUPTS();
 			if (k == 1)
 			{
-				sp->runs[nnew++] = sp->runs[first];
+				sp->runs[sp->nruns++] = old[first];
 				continue;
 			}
-			out = BufFileCreateTemp(false);
-			merge_begin(&m, sp->runs + first, k);
-			while (merge_next(&m, &rec))
-				BufFileWrite(out, &rec, sizeof(rec));
-			merge_end(&m);
-			sp->runs[nnew++] = out;
+			out = new_run(sp);
+			for (c = 0; c < AMR_SIZE_CLASSES; c++)
+			{
+				SpillMerge	m;
+				SpillRecord rec;
+
+				BufFileTell(out->file, &out->seg_fileno[c], &out->seg_offset[c]);
+				merge_begin(&m, old + first, k, c);
+				while (merge_next(&m, &rec))
+				{
+					BufFileWrite(out->file, &rec, sizeof(rec));
+					out->seg_rows[c]++;
+				}
+				merge_end(&m);
+			}
+			for (i = first; i < first + k; i++)
+				BufFileClose(old[i].file);
 		}
-		sp->nruns = nnew;
+		pfree(old);
 	}
 }
 
@@ -366,53 +420,94 @@ begin_reading(AmrSpill *sp)
 	sp->cls = NULL;
 
 	reduce_runs(sp);
-	merge_begin(&sp->merge, sp->runs, sp->nruns);
 
 	for (c = 0; c < AMR_SIZE_CLASSES; c++)
 		max_slice = Max(max_slice, amr_str_slice_items(sp->class_rows[c], sp->fill));
 	sp->slice_in = MemoryContextAllocHuge(sp->cxt, sizeof(AmrBuildEntry) * (max_slice + 1));
+	sp->slice_ykey = MemoryContextAllocHuge(sp->cxt, sizeof(uint32) * (max_slice + 1));
 	sp->slice_out = MemoryContextAllocHuge(sp->cxt, sizeof(AmrBuildEntry) * (max_slice + 1));
+	sp->slice_heap = MemoryContextAllocHuge(sp->cxt, sizeof(AmrPackPoint) * (max_slice + 1));
 	sp->slice_points = MemoryContextAllocHuge(sp->cxt, sizeof(AmrPackPoint) * (max_slice + 1));
 	sp->slice_scratch = MemoryContextAllocHuge(sp->cxt, sizeof(AmrPackPoint) * (max_slice + 1));
+	sp->leaf_of = MemoryContextAllocHuge(sp->cxt, sizeof(uint32) * (max_slice + 1));
+	sp->leaf_next = MemoryContextAllocHuge(sp->cxt, sizeof(uint32) * (max_slice / sp->fill + 2));
 	sp->cur_class = -1;
 	sp->class_left = 0;
-	sp->merging = true;
+	sp->reading = true;
 	MemoryContextSwitchTo(old);
 }
 
+/*
+ * The next slice: its rows taken from the merge, put in STR order by centre
+ * y and cut into leaves of fill rows; each leaf's rows in heap order, so
+ * that an index scan fetches them block by block (order_leaves_by_heap
+ * does the same for a build in memory, by the same counting pass: the
+ * rows are ranked in heap order first, a stable sort by y keeps that
+ * order among equal keys, and the rows, taken by rank, are dealt to their
+ * leaves).
+ */
 Size
 amr_spill_next_slice(AmrSpill *sp, AmrBuildEntry **rows)
 {
 	SpillRecord rec;
 	Size		take;
+	Size		nleaves;
 	Size		i;
 
-	if (!sp->merging)
+	if (!sp->reading)
 		begin_reading(sp);
 	while (sp->class_left == 0)
 	{
+		MemoryContext old;
+
+		if (sp->merging)
+		{
+			merge_end(&sp->merge);
+			sp->merging = false;
+		}
 		if (sp->cur_class + 1 >= AMR_SIZE_CLASSES)
 			return 0;
 		sp->cur_class++;
 		sp->class_left = sp->class_rows[sp->cur_class];
 		sp->slice_items = amr_str_slice_items(sp->class_left, sp->fill);
+		old = MemoryContextSwitchTo(sp->cxt);
+		merge_begin(&sp->merge, sp->runs, sp->nruns, sp->cur_class);
+		MemoryContextSwitchTo(old);
+		sp->merging = true;
 	}
 	CHECK_FOR_INTERRUPTS();
 
 	take = Min(sp->slice_items, sp->class_left);
 	for (i = 0; i < take; i++)
 	{
-		AmrFBox		fb;
-
-		if (!merge_next(&sp->merge, &rec) || (int) (rec.key >> 32) != sp->cur_class)
+		if (!merge_next(&sp->merge, &rec))
 			elog(ERROR, "amrtree build: the sorted runs do not hold the rows written to them");
 		sp->slice_in[i] = rec.row;
-		fb = amr_fbox_from_box(&rec.row.key);
-		sp->slice_points[i] = amr_pack_point(&fb, (uint32) i);
+		sp->slice_ykey[i] = (uint32) rec.key;
+		sp->slice_heap[i].xkey = ItemPointerGetBlockNumberNoCheck(&rec.row.tid);
+		sp->slice_heap[i].ykey = ItemPointerGetOffsetNumberNoCheck(&rec.row.tid);
+		sp->slice_heap[i].ref = (uint32) i;
+	}
+	/* heap order: by offset, then stably by block */
+	amr_pack_points_sort(sp->slice_heap, take, 1, sp->slice_scratch);
+	amr_pack_points_sort(sp->slice_heap, take, 0, sp->slice_scratch);
+
+	for (i = 0; i < take; i++)
+	{
+		sp->slice_points[i].xkey = 0;
+		sp->slice_points[i].ykey = sp->slice_ykey[sp->slice_heap[i].ref];
+		sp->slice_points[i].ref = (uint32) i;
 	}
 	amr_pack_points_sort(sp->slice_points, take, 1, sp->slice_scratch);
+
+	nleaves = (take + sp->fill - 1) / sp->fill;
 	for (i = 0; i < take; i++)
-		sp->slice_out[i] = sp->slice_in[sp->slice_points[i].ref];
+		sp->leaf_of[sp->slice_points[i].ref] = (uint32) (i / sp->fill);
+	for (i = 0; i < nleaves; i++)
+		sp->leaf_next[i] = (uint32) (i * sp->fill);
+	for (i = 0; i < take; i++)
+		sp->slice_out[sp->leaf_next[sp->leaf_of[i]]++] = sp->slice_in[sp->slice_heap[i].ref];
+
 	sp->class_left -= take;
 	*rows = sp->slice_out;
 	return take;
@@ -449,9 +544,8 @@ amr_spill_end(AmrSpill *sp)
 
 	if (sp->merging)
 		merge_end(&sp->merge);
-	else
-		for (i = 0; i < sp->nruns; i++)
-			BufFileClose(sp->runs[i]);
+	for (i = 0; i < sp->nruns; i++)
+		BufFileClose(sp->runs[i].file);
 	if (sp->nullfile)
 		BufFileClose(sp->nullfile);
 	MemoryContextDelete(sp->cxt);
