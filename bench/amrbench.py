@@ -1392,14 +1392,17 @@ def cmd_growth(args):
     info = machine_info()
     print_machine(info, ['disk'])
     summary = {'machine': info, 'sizes': sizes, 'seconds': seconds, 'clients': clients,
-               'config': CONFIG_NOTE['disk'], 'results': {}}
+               'config': CONFIG_NOTE['disk'],
+               'maintenance_work_mem': args.maintenance_work_mem or '1GB', 'results': {}}
     t0 = time.monotonic()
     for rows in sizes:
         csvpath = generate_data(args.workdir, rows)
         # a pool with room for every leaf (leaves at 90 % of 84 entries)
         pool_mb = max(256, int(rows * 4096 / 75 / 1048576 * 1.3) + 256)
         cl = Cluster(args.workdir, 'growth', pool_mb, pool_mb, pool_on_shm=False,
-                     synchronous_commit='on')
+                     synchronous_commit='on',
+                     extra_conf=("maintenance_work_mem = '%s'" % args.maintenance_work_mem
+                                 if args.maintenance_work_mem else ''))
         r = summary['results'][rows] = {'pool_mb': pool_mb}
         try:
             cl.start()
@@ -1973,6 +1976,9 @@ def main():
     g.add_argument('--rows', help='comma-separated sizes (default 1000000,10000000)')
     g.add_argument('--clients', type=int, default=2)
     g.add_argument('--seconds', type=int, help='seconds per pgbench run (default 5)')
+    g.add_argument('--maintenance-work-mem',
+                   help="maintenance_work_mem for every build (default 1GB, as in the other "
+                   "benchmarks; PostgreSQL's own default is 64MB)")
     gp = sub.add_parser('growth_plot')
     gp.add_argument('csv', nargs='+', help='growth.csv files of bench/growth runs')
     gp.add_argument('--output', default=os.path.join(ROOT, 'docs', 'evaluation', 'growth-loglog.png'))

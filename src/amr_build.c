@@ -4,7 +4,9 @@
  *		ambuild: bulk build by Sort-Tile-Recursive packing.
  *
  * The heap is scanned once (by parallel workers where the planner's rule
- * allows, see parallel_scan) into an in-memory array of rows; the rows are
+ * allows, see parallel_scan) into an in-memory array of rows -- or, for
+ * more rows than maintenance_work_mem holds, into sorted runs on temporary
+ * files merged back a slice at a time (amr_buildspill.c); the rows are
  * put in STR order (linear-time radix sorts) and cut into leaves
  * filled to the index's fillfactor (90% by default, as GiST's), which are
  * written sequentially to PMEM
