@@ -83,6 +83,10 @@ INSERT INTO pts SELECT 100000 + g, box(point(g % 100, g / 100), point(g % 100 + 
 isnt($ret, 0, 'the backend crashed at the 700th append');
 wait_for_restart($log_at);
 unlink($node->data_dir . '/amrtree_fault_fired');
+# A background process reconciles after the restart, and may log what it
+# pruned a moment after the server accepts connections; the first use of
+# the index waits for it.
+$node->safe_psql('postgres', q{SET enable_seqscan = off; SELECT count(*) FROM pts WHERE b && box '((1,1),(2,2))'});
 my $log = slurp_file($node->logfile, $log_at);
 like($log, qr/fault injection: aborting at "append:after_entry_persisted"/, 'at the injected point');
 my ($dropped) = $log =~ /dropped (\d+) entries inserted beyond it/;

@@ -558,6 +558,8 @@ class Fuzz:
         }
         for k, v in self.cfg['extra'].items():
             c[k] = "'%s'" % v
+        if self.a.maintenance_work_mem:
+            c['maintenance_work_mem'] = "'%s'" % self.a.maintenance_work_mem
         return c
 
     def write_conf(self, ddir, conf):
@@ -1413,6 +1415,9 @@ def main():
     ap.add_argument('--explain-rate', type=float, default=0.1,
                     help='share of checker batches that EXPLAIN their forced plans (counted as plans_amrtree)')
     ap.add_argument('--no-standby', action='store_true')
+    ap.add_argument('--maintenance-work-mem',
+                    help="e.g. 1MB: builds and rebuilds of more than 16,131 rows (--rows 20000) "
+                    "sort them in runs on temporary files")
     ap.add_argument('--postgis', action='store_true',
                     help='also a PostGIS geometry column with an amrtree_postgis index')
     ap.add_argument('--stop-on-mismatch', action='store_true')
