@@ -10,16 +10,18 @@
  * first of those sorts needs every row: once the rows of a class come in x
  * order, a slice is complete as soon as its last row has come, and a slice
  * is small (about sqrt(rows x fill) rows: 26,000 rows, 1 MB, at 10M rows).
- * So the rows are sorted by (class, x) in chunks that fit in
- * maintenance_work_mem, each chunk written as a run to a temporary file
- * (BufFile, removed at transaction end whatever happens); then the runs
- * are merged, at most MAX_MERGE_ORDER at a time (more runs take further
- * passes, each writing longer runs), and the merged rows are cut into
- * slices as they arrive, each sorted by y in memory.  The classes need a
- * limit fixed before the first run is written: it is sampled from the
- * first chunk rather than from every row.  Rows of equal keys may come in
- * another order than in memory (runs merge stably, but classes differ if
- * the sample does); leaves end up as packed as in memory.
+ * So the rows are sorted in chunks that fit in maintenance_work_mem, each
+ * chunk written as a run to a temporary file (BufFile, removed at
+ * transaction end whatever happens) with a segment per size class in
+ * centre x order; then each class's segments are merged, at most
+ * MAX_MERGE_ORDER runs at a time (more runs take further passes, each
+ * writing longer runs), and the merged rows are cut into slices as they
+ * arrive, each sorted by y in memory.  The classes need a limit fixed
+ * before the first run is written: it is sampled from the first chunk
+ * rather than from every row.  So classes may differ from a build in
+ * memory, and rows of equal x keys may fall into other slices (the merge
+ * breaks their ties by y, the sort in memory by scan order); the leaves
+ * are as full as in memory, and every row is in exactly one.
  *
  *-------------------------------------------------------------------------
  */
