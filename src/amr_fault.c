@@ -129,6 +129,7 @@ static const char *const fault_pauses[] = {
 	"append:after_decision",	/* an append chose a delta, not yet logged */
 	"scan:before_ssd_read",		/* a scan read an SSD leaf's word, unlocked */
 	"vacuum:before_free",		/* leaves emptied and logged, not yet freed */
+	"redo:after_leaf_replaced", /* replay switched a leaf, its locks let go */
 	NULL
 };
 

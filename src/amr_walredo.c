@@ -391,11 +391,17 @@ replace_leaf(AmrTree *t, uint32 leaf_id, AmrLeaf *img)
 	before = amr_leaf_current_entries(leaf_id, word);
 	/* a suspect leaf's old slot is not its to give: the store keeps it */
 	(void) amr_leaf_switch(NULL, t, leaf_id, tier, slot, &box, img, false, AMR_LOG_NONE);
+
+	/*
+	 * The count changes with the leaf, under the tree lock: amrtree_check,
+	 * holding it exclusively, compares the two (t/047).
+	 */
+	amr_counter_add(&t->nentries, amr_leaf_live_entries(img));
+	amr_counter_sub(&t->nentries, before);
 	LWLockRelease(amr_leaf_lock(leaf_id));
 	LWLockRelease(amr_tree_lock(t));
 	LWLockRelease(&amr_shared->publish_lock);
-	amr_counter_add(&t->nentries, amr_leaf_live_entries(img));
-	amr_counter_sub(&t->nentries, before);
+	AMR_FAULT_POINT("redo:after_leaf_replaced");
 }
 
 /*
@@ -1348,12 +1354,13 @@ redo_split(XLogReaderState *record)
 		s->leaves[x->leaf_id].flags &= ~AMR_LEAF_VOLATILE_AWAITS_IMAGE;
 	}
 	amr_leaf_refresh_copy(x->leaf_id, left);
+	/* the count with the leaves, under the tree lock, as in replace_leaf */
+	amr_counter_add(&t->nentries, (uint64) x->nleft + x->nright);
+	amr_counter_sub(&t->nentries, before);
 	LWLockRelease(amr_leaf_lock(x->leaf_id));
 	LWLockRelease(amr_tree_lock(t));
 	amr_release_reservation(s, &r);
 	LWLockRelease(&amr_shared->publish_lock);
-	amr_counter_add(&t->nentries, (uint64) x->nleft + x->nright);
-	amr_counter_sub(&t->nentries, before);
 	/* after the switch: a scan that read the left half before it has a pin */
 	amr_redo_note_split(x->leaf_id, x->right_leaf);
 }
