@@ -741,9 +741,7 @@ build_side_spilled(Relation index, AmrTree *t, AmrSpill *sp, bool nulls,
 				Size		first;
 
 				for (first = 0; first < n; first += fill)
-				{
 					leaf_writer_add(&w, rows + first, NULL, Min(fill, n - first), NULL, 0);
-				}
 			}
 		}
 		leaf_writer_finish(&w);

@@ -175,8 +175,7 @@ read_record(BufFile *file, SpillRecord *rec)
 void
 amr_spill_add_rows(AmrSpill *sp, const AmrBuildEntry *rows, Size n)
 {
-	Size		counts[AMR_SIZE_CLASSES] = {0};
-	Size		start[AMR_SIZE_CLASSES];
+	size_t		counts[AMR_SIZE_CLASSES];
 	Size		sum = 0;
 	SpillRun   *run;
 	Size		i;
@@ -192,21 +191,11 @@ amr_spill_add_rows(AmrSpill *sp, const AmrBuildEntry *rows, Size n)
 		sp->have_base = true;
 	}
 
-	/* by class (a stable counting sort), then each class by centre x */
+	/* by class, then each class by centre x */
 	amr_build_points(rows, n, sp->base, sp->items, sp->cls);
-	for (i = 0; i < n; i++)
-		counts[sp->cls[i]]++;
-	for (c = 0; c < AMR_SIZE_CLASSES; c++)
-	{
-		start[c] = sum;
-		sum += counts[c];
-	}
-	for (i = 0; i < n; i++)
-		sp->scratch[start[sp->cls[i]]++] = sp->items[i];
-	memcpy(sp->items, sp->scratch, n * sizeof(AmrPackPoint));
+	amr_pack_points_by_class(sp->items, sp->cls, n, sp->scratch, counts);
 
 	run = new_run(sp);
-	sum = 0;
 	for (c = 0; c < AMR_SIZE_CLASSES; c++)
 	{
 		AmrPackPoint *part = sp->items + sum;

@@ -340,20 +340,16 @@ amr_pack_points_sort(AmrPackPoint *items, size_t n, int axis, AmrPackPoint *scra
 		memcpy(items, src, n * sizeof(AmrPackPoint));
 }
 
-size_t
-amr_pack_points_order(AmrPackPoint *items, const uint8_t *cls, size_t n,
-					  size_t per_group, AmrPackPoint *scratch, size_t *bounds)
+void
+amr_pack_points_by_class(AmrPackPoint *items, const uint8_t *cls, size_t n,
+						 AmrPackPoint *scratch, size_t *counts)
 {
-	size_t		counts[AMR_SIZE_CLASSES] = {0};
 	size_t		start[AMR_SIZE_CLASSES];
 	size_t		sum = 0;
-	size_t		nclasses = 0;
 	size_t		i;
 	int			c;
 
-	bounds[0] = 0;
-	if (n == 0)
-		return 0;
+	memset(counts, 0, AMR_SIZE_CLASSES * sizeof(size_t));
 	for (i = 0; i < n; i++)
 		counts[cls[i]]++;
 	for (c = 0; c < AMR_SIZE_CLASSES; c++)
@@ -364,9 +360,23 @@ amr_pack_points_order(AmrPackPoint *items, const uint8_t *cls, size_t n,
 	for (i = 0; i < n; i++)
 		scratch[start[cls[i]]++] = items[i];
 	memcpy(items, scratch, n * sizeof(AmrPackPoint));
+}
+
+size_t
+amr_pack_points_order(AmrPackPoint *items, const uint8_t *cls, size_t n,
+					  size_t per_group, AmrPackPoint *scratch, size_t *bounds)
+{
+	size_t		counts[AMR_SIZE_CLASSES];
+	size_t		sum = 0;
+	size_t		nclasses = 0;
+	int			c;
+
+	bounds[0] = 0;
+	if (n == 0)
+		return 0;
+	amr_pack_points_by_class(items, cls, n, scratch, counts);
 
 	/* STR within each class, as amr_str_order does for box items */
-	sum = 0;
 	for (c = 0; c < AMR_SIZE_CLASSES; c++)
 	{
 		size_t		len = counts[c];

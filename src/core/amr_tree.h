@@ -567,6 +567,15 @@ extern void amr_pack_points_sort(AmrPackPoint *items, size_t n, int axis,
 								 AmrPackPoint *scratch);
 
 /*
+ * Group point items by size class (cls[i] for items[i], each below
+ * AMR_SIZE_CLASSES), stably, through scratch (room for n items); counts[]
+ * (AMR_SIZE_CLASSES of them) gets each class's number of items.
+ */
+extern void amr_pack_points_by_class(AmrPackPoint *items, const uint8_t *cls,
+									 size_t n, AmrPackPoint *scratch,
+									 size_t *counts);
+
+/*
  * amr_pack_order for point items whose size classes are given (cls[i]
  * for items[i], each below AMR_SIZE_CLASSES); scratch holds n items.
  */
