@@ -203,6 +203,51 @@ SELECT * FROM amr_parity('pt');
 SELECT amrtree_check('pt_b');
 SELECT entries FROM amrtree_index_stats('pt_b');
 
+-- more runs than one merge takes (1MB merges 64 at once): 1,040,000 rows
+-- make 65 runs, and a first pass merges 64 of them into one (the last is
+-- kept as it is) before the final merge
+CREATE TABLE mp (id int, b box);
+INSERT INTO mp
+SELECT i, CASE WHEN i % 50 = 0 THEN box(point(x, y), point(x, y))
+               ELSE box(point(x, y), point(x + w, y + w * 3)) END
+FROM (SELECT i, random() x, random() y, random() * 0.002 w
+      FROM generate_series(1, 1040000) i) s;
+SET maintenance_work_mem = '1MB';
+SET max_parallel_maintenance_workers = 0;
+SET log_temp_files = -1;
+SET client_min_messages = debug1;
+CREATE INDEX mp_b ON mp USING amrtree (b);
+RESET client_min_messages;
+RESET log_temp_files;
+RESET max_parallel_maintenance_workers;
+RESET maintenance_work_mem;
+VACUUM ANALYZE mp;
+SELECT amrtree_check('mp_b');
+SELECT entries FROM amrtree_index_stats('mp_b');
+-- every row once (amrtree_check above: each in a leaf whose box holds it)
+SELECT count(*) AS rows, count(DISTINCT (tid)) AS distinct_tids
+FROM amrtree_leaf_entries('mp_b');
+-- the index finds what a sequential scan finds, in 40 windows
+CREATE TABLE mpq AS
+SELECT g AS qid, box(point(x, y), point(x + 0.01 + g * 0.001, y + 0.02)) AS qb
+FROM (SELECT g, random() x, random() y FROM generate_series(1, 40) g) s;
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+CREATE TABLE mp_idx AS
+SELECT q.qid, count(*) AS n, sum(m.id) AS ids FROM mpq q JOIN mp m ON m.b && q.qb GROUP BY q.qid;
+RESET enable_bitmapscan;
+RESET enable_seqscan;
+SET enable_indexscan = off;
+SET enable_bitmapscan = off;
+CREATE TABLE mp_seq AS
+SELECT q.qid, count(*) AS n, sum(m.id) AS ids FROM mpq q JOIN mp m ON m.b && q.qb GROUP BY q.qid;
+RESET enable_bitmapscan;
+RESET enable_indexscan;
+SELECT count(*) AS windows, sum(n) > 1000 AS many_rows FROM mp_seq;
+SELECT * FROM mp_seq FULL JOIN mp_idx USING (qid)
+WHERE mp_seq.n IS DISTINCT FROM mp_idx.n OR mp_seq.ids IS DISTINCT FROM mp_idx.ids;
+DROP TABLE mp, mpq, mp_idx, mp_seq;
+
 -- an index grown only by inserts, on the same rows
 CREATE TABLE pt2 (id int, b box);
 CREATE INDEX pt2_b ON pt2 USING amrtree (b);

@@ -1081,7 +1081,11 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 	MemoryContextDelete(bs.rowmem.cxt);
 	if (bs.spill)
 	{
-		/* the last rows to the runs, and their memory back before the merge */
+		/*
+		 * The last rows to the runs, their memory back, and any merge passes
+		 * before the last: the sort, as btree reports its own.
+		 */
+		pgstat_progress_update_param(PROGRESS_CREATEIDX_SUBPHASE, AMR_PHASE_SORT);
 		spill_collected(&bs);
 		if (bs.boxes)
 			pfree(bs.boxes);
@@ -1089,6 +1093,7 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 			pfree(bs.nulls);
 		bs.boxes = bs.nulls = NULL;
 		nrows = amr_spill_rows(bs.spill, false) + amr_spill_rows(bs.spill, true);
+		amr_spill_finish_runs(bs.spill);
 	}
 	else
 		nrows = bs.nboxes + bs.nnulls;

@@ -72,6 +72,12 @@ extern Size amr_spill_rows(AmrSpill *sp, bool nulls);
 extern Size amr_spill_leaves(AmrSpill *sp, bool nulls);
 
 /*
+ * Done adding rows: free the chunk's memory, merge the runs down to as many
+ * as one merge takes, and get ready to read slices.
+ */
+extern void amr_spill_finish_runs(AmrSpill *sp);
+
+/*
  * The next STR slice of the non-NULL keys, fill rows a leaf: *rows points
  * to them (valid until the next call); returns their number, 0 after the
  * last.  Every slice but a size class's last holds whole leaves.

@@ -353,6 +353,10 @@ merge_end(SpillMerge *m)
 static void
 reduce_runs(AmrSpill *sp)
 {
+	if (sp->nruns > sp->merge_order)
+		ereport(DEBUG1,
+				(errmsg_internal("amrtree build: %d sorted runs, more than the %d one merge takes; merging them in passes",
+								 sp->nruns, sp->merge_order)));
 	while (sp->nruns > sp->merge_order)
 	{
 		SpillRun   *old = sp->runs;
@@ -396,9 +400,8 @@ reduce_runs(AmrSpill *sp)
 	}
 }
 
-/* Switch from writing runs to reading them back. */
-static void
-begin_reading(AmrSpill *sp)
+void
+amr_spill_finish_runs(AmrSpill *sp)
 {
 	MemoryContext old = MemoryContextSwitchTo(sp->cxt);
 	Size		max_slice = 0;
@@ -445,8 +448,7 @@ amr_spill_next_slice(AmrSpill *sp, AmrBuildEntry **rows)
 	Size		nleaves;
 	Size		i;
 
-	if (!sp->reading)
-		begin_reading(sp);
+	Assert(sp->reading);
 	while (sp->class_left == 0)
 	{
 		MemoryContext old;
