@@ -209,44 +209,58 @@ SELECT entries FROM amrtree_index_stats('pt_b');
 CREATE TABLE mp (id int, b box);
 INSERT INTO mp
 SELECT i, CASE WHEN i % 50 = 0 THEN box(point(x, y), point(x, y))
+               WHEN i % 997 = 0 THEN NULL
                ELSE box(point(x, y), point(x + w, y + w * 3)) END
 FROM (SELECT i, random() x, random() y, random() * 0.002 w
       FROM generate_series(1, 1040000) i) s;
+CREATE TABLE mpq AS
+SELECT g AS qid, box(point(x, y), point(x + 0.01 + g * 0.001, y + 0.02)) AS qb
+FROM (SELECT g, random() x, random() y FROM generate_series(1, 40) g) s;
+-- the windows' rows and the NULL keys through the index, and through a
+-- sequential scan; amrtree_check; every row once in the leaves
+CREATE FUNCTION mp_check() RETURNS TABLE (what text, result text)
+LANGUAGE plpgsql AS $$
+BEGIN
+  SET LOCAL enable_seqscan = off;
+  SET LOCAL enable_bitmapscan = off;
+  CREATE TEMP TABLE mp_idx AS
+  SELECT q.qid, count(*) AS n, sum(m.id) AS ids FROM mpq q JOIN mp m ON m.b && q.qb GROUP BY q.qid
+  UNION ALL SELECT 0, count(*), sum(id) FROM mp WHERE b IS NULL;
+  SET LOCAL enable_seqscan = on;
+  SET LOCAL enable_indexscan = off;
+  CREATE TEMP TABLE mp_seq AS
+  SELECT q.qid, count(*) AS n, sum(m.id) AS ids FROM mpq q JOIN mp m ON m.b && q.qb GROUP BY q.qid
+  UNION ALL SELECT 0, count(*), sum(id) FROM mp WHERE b IS NULL;
+  RETURN QUERY SELECT 'windows (and NULL), rows', count(*) || ', ' || (sum(n) > 1000) FROM mp_seq;
+  RETURN QUERY SELECT 'mismatches', count(*)::text FROM mp_seq FULL JOIN mp_idx USING (qid)
+    WHERE mp_seq.n IS DISTINCT FROM mp_idx.n OR mp_seq.ids IS DISTINCT FROM mp_idx.ids;
+  RETURN QUERY SELECT 'amrtree_check', amrtree_check('mp_b')::text;
+  RETURN QUERY SELECT 'entries, distinct TIDs', count(*) || ', ' || count(DISTINCT tid)
+    FROM amrtree_leaf_entries('mp_b');
+  DROP TABLE mp_idx, mp_seq;
+END $$;
 SET maintenance_work_mem = '1MB';
 SET max_parallel_maintenance_workers = 0;
 SET log_temp_files = -1;
 SET client_min_messages = debug1;
 CREATE INDEX mp_b ON mp USING amrtree (b);
 RESET client_min_messages;
-RESET log_temp_files;
+RESET max_parallel_maintenance_workers;
+SELECT * FROM mp_check();
+-- in 64MB, which holds 1,032,444 rows, with a parallel worker: the leader
+-- and the worker each scan blocks and sort runs of their own, half of the
+-- memory each, and the leader merges both's (where the server has no
+-- worker to spare, the leader spills alone, with the same result)
+ANALYZE mp;
+SET maintenance_work_mem = '64MB';
+SET max_parallel_maintenance_workers = 2;
+REINDEX INDEX mp_b;
 RESET max_parallel_maintenance_workers;
 RESET maintenance_work_mem;
-VACUUM ANALYZE mp;
-SELECT amrtree_check('mp_b');
-SELECT entries FROM amrtree_index_stats('mp_b');
--- every row once (amrtree_check above: each in a leaf whose box holds it)
-SELECT count(*) AS rows, count(DISTINCT (tid)) AS distinct_tids
-FROM amrtree_leaf_entries('mp_b');
--- the index finds what a sequential scan finds, in 40 windows
-CREATE TABLE mpq AS
-SELECT g AS qid, box(point(x, y), point(x + 0.01 + g * 0.001, y + 0.02)) AS qb
-FROM (SELECT g, random() x, random() y FROM generate_series(1, 40) g) s;
-SET enable_seqscan = off;
-SET enable_bitmapscan = off;
-CREATE TABLE mp_idx AS
-SELECT q.qid, count(*) AS n, sum(m.id) AS ids FROM mpq q JOIN mp m ON m.b && q.qb GROUP BY q.qid;
-RESET enable_bitmapscan;
-RESET enable_seqscan;
-SET enable_indexscan = off;
-SET enable_bitmapscan = off;
-CREATE TABLE mp_seq AS
-SELECT q.qid, count(*) AS n, sum(m.id) AS ids FROM mpq q JOIN mp m ON m.b && q.qb GROUP BY q.qid;
-RESET enable_bitmapscan;
-RESET enable_indexscan;
-SELECT count(*) AS windows, sum(n) > 1000 AS many_rows FROM mp_seq;
-SELECT * FROM mp_seq FULL JOIN mp_idx USING (qid)
-WHERE mp_seq.n IS DISTINCT FROM mp_idx.n OR mp_seq.ids IS DISTINCT FROM mp_idx.ids;
-DROP TABLE mp, mpq, mp_idx, mp_seq;
+RESET log_temp_files;
+SELECT * FROM mp_check();
+DROP TABLE mp, mpq;
+DROP FUNCTION mp_check();
 
 -- an index grown only by inserts, on the same rows
 CREATE TABLE pt2 (id int, b box);

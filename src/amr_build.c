@@ -122,6 +122,7 @@ typedef struct AmrBuildState
 	Size		mem;			/* maintenance_work_mem, in bytes */
 	Size		max_rows;		/* rows kept in memory at most */
 	int			fill;
+	double		est_rows;		/* the planner's estimate of the rows, or -1 */
 	AmrSpill   *spill;			/* sorted runs on disk, once max_rows came */
 	RowMemory	rowmem;
 } AmrBuildState;
@@ -768,6 +769,13 @@ build_side_spilled(Relation index, AmrTree *t, AmrSpill *sp, bool nulls,
  * straight into the leader's array, whose page faults then overlap the
  * workers' scanning.  Concurrent builds (CREATE INDEX CONCURRENTLY, which
  * scans with an MVCC snapshot) stay serial.
+ *
+ * When the planner expects more rows than maintenance_work_mem holds, the
+ * rows would go to sorted runs anyway (amr_buildspill.c), and streaming
+ * them would leave the workers waiting on full queues while the leader
+ * sorts each chunk.  Then every participant, the leader included, scans
+ * blocks and sorts runs of its own in an equal share of the memory (the
+ * workers' in a shared file set), and the leader merges them all.
  */
 #define AMR_PKEY_SHARED		UINT64CONST(0xA3B7000000000001)
 #define AMR_PKEY_QUEUES		UINT64CONST(0xA3B7000000000002)
@@ -781,6 +789,11 @@ typedef struct AmrParallelShared
 	slock_t		mutex;
 	double		reltuples;		/* summed by the workers */
 	bool		broken_hot_chain;
+	/* sort_runs: the workers sort runs of chunk_rows rows (see parallel_scan) */
+	bool		sort_runs;
+	Size		chunk_rows;
+	int			fill;
+	AmrSpillShared spill;
 	/* ParallelTableScanDescData follows, MAXALIGNed */
 } AmrParallelShared;
 
@@ -840,12 +853,33 @@ amr_parallel_build_main(dsm_segment *seg, shm_toc *toc)
 	indexInfo = BuildIndexInfo(index);
 	shm_mq_set_sender(mq, MyProc);
 	ws->mqh = shm_mq_attach(mq, seg, NULL);
-	rowmem_init(&ws->rowmem);
-	ws->n = 0;
 	scan = table_beginscan_parallel(heap, AmrParallelScan(shared));
-	reltuples = table_index_build_scan(heap, index, indexInfo, true, false,
-									   worker_callback, (void *) ws, scan);
-	worker_flush(ws);
+	if (shared->sort_runs)
+	{
+		/* rows to runs of this worker's own, as a serial build's spill */
+		AmrBuildState bs;
+
+		memset(&bs, 0, sizeof(bs));
+		bs.index = index;
+		bs.fill = shared->fill;
+		bs.max_rows = shared->chunk_rows;
+		bs.est_rows = -1;
+		bs.spill = amr_spill_begin_worker(shared->chunk_rows, shared->fill, &shared->spill,
+										  ParallelWorkerNumber);
+		rowmem_init(&bs.rowmem);
+		reltuples = table_index_build_scan(heap, index, indexInfo, true, false,
+										   build_callback, (void *) &bs, scan);
+		spill_collected(&bs);
+		amr_spill_worker_done(bs.spill);
+	}
+	else
+	{
+		rowmem_init(&ws->rowmem);
+		ws->n = 0;
+		reltuples = table_index_build_scan(heap, index, indexInfo, true, false,
+										   worker_callback, (void *) ws, scan);
+		worker_flush(ws);
+	}
 	SpinLockAcquire(&shared->mutex);
 	shared->reltuples += reltuples;
 	shared->broken_hot_chain |= indexInfo->ii_BrokenHotChain;
@@ -874,6 +908,7 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 	int			nlaunched;
 	int			nlive;
 	int			i;
+	double		leader_tuples = 0;
 
 	if (indexInfo->ii_Concurrent || IsInParallelMode() ||
 		RelationUsesLocalBuffers(heap))
@@ -911,6 +946,29 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 	SpinLockInit(&shared->mutex);
 	shared->reltuples = 0;
 	shared->broken_hot_chain = false;
+	shared->fill = bs->fill;
+	shared->sort_runs = false;
+	shared->chunk_rows = 0;
+
+	/*
+	 * More rows expected than maintenance_work_mem holds: then every
+	 * participant, the leader too, scans and sorts runs of its own, in an
+	 * equal share of the memory, rather than the workers waiting on full
+	 * queues while the leader sorts each chunk alone (btree's parallel sort
+	 * is built the same way).  An estimate that proves low costs nothing
+	 * worse: the leader then spills as a serial build does.
+	 */
+	if (bs->est_rows > (double) bs->max_rows)
+	{
+		Size		chunk_rows = Max(bs->max_rows / (nworkers + 1), 1024);
+
+		bs->spill = amr_spill_begin_parallel(chunk_rows, bs->fill, bs->mem, &shared->spill);
+		if (bs->spill)
+		{
+			shared->sort_runs = true;
+			shared->chunk_rows = chunk_rows;
+		}
+	}
 	table_parallelscan_initialize(heap, AmrParallelScan(shared), SnapshotAny);
 	shm_toc_insert(pcxt->toc, AMR_PKEY_SHARED, shared);
 	queues = shm_toc_allocate(pcxt->toc, mul_size(AMR_PQUEUE_SIZE, nworkers));
@@ -927,13 +985,24 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 	if (nlaunched == 0)
 	{
 		WaitForParallelWorkersToFinish(pcxt);
+		if (bs->spill)
+		{
+			amr_spill_end(bs->spill);
+			bs->spill = NULL;
+		}
 		DestroyParallelContext(pcxt);
 		ExitParallelMode();
 		return false;
 	}
-	ereport(DEBUG1,
-			(errmsg_internal("amrtree build of \"%s\": %d parallel workers scan the table",
-							 RelationGetRelationName(index), nlaunched)));
+	if (shared->sort_runs)
+		ereport(DEBUG1,
+				(errmsg_internal("amrtree build of \"%s\": about %.0f rows, more than maintenance_work_mem holds; the leader and %d parallel workers scan the table and sort runs of up to %zu rows each",
+								 RelationGetRelationName(index), bs->est_rows, nlaunched,
+								 shared->chunk_rows)));
+	else
+		ereport(DEBUG1,
+				(errmsg_internal("amrtree build of \"%s\": %d parallel workers scan the table",
+								 RelationGetRelationName(index), nlaunched)));
 
 	/*
 	 * Progress in blocks, as a serial scan reports it: for a block-based
@@ -948,6 +1017,27 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 	for (i = 0; i < nlaunched; i++)
 		mqh[i] = shm_mq_attach((shm_mq *) (queues + i * AMR_PQUEUE_SIZE), pcxt->seg,
 							   pcxt->worker[i].bgwhandle);
+
+	/*
+	 * Sorting runs, the leader takes its share of the blocks as a worker does
+	 * (its queues stay empty); its rows go to its own runs.
+	 */
+	if (shared->sort_runs)
+	{
+		TableScanDesc scan;
+
+		bs->max_rows = shared->chunk_rows;
+		if (bs->capboxes > bs->max_rows)
+		{
+			/* sized for the whole table, and not yet touched */
+			pfree(bs->boxes);
+			bs->boxes = NULL;
+			bs->capboxes = 0;
+		}
+		scan = table_beginscan_parallel(heap, AmrParallelScan(shared));
+		leader_tuples = table_index_build_scan(heap, index, indexInfo, true, true,
+											   build_callback, (void *) bs, scan);
+	}
 
 	/* receive until every worker has detached (finished or failed) */
 	nlive = nlaunched;
@@ -996,7 +1086,13 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 
 	/* a worker's error is raised here */
 	WaitForParallelWorkersToFinish(pcxt);
-	*reltuples = shared->reltuples;
+	if (shared->sort_runs)
+	{
+		for (i = 0; i < nlaunched; i++)
+			amr_spill_take_worker_runs(bs->spill, i);
+		amr_spill_leave_shared(bs->spill);
+	}
+	*reltuples = shared->reltuples + leader_tuples;
 	if (shared->broken_hot_chain)
 		indexInfo->ii_BrokenHotChain = true;
 	DestroyParallelContext(pcxt);
@@ -1047,6 +1143,7 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 	bs.fill = amr_build_leaf_fill(index);
 	bs.mem = (Size) maintenance_work_mem * 1024;
 	bs.max_rows = Max(bs.mem / AMR_BUILD_BYTES_PER_ROW, 1024);
+	bs.est_rows = -1;
 	rowmem_init(&bs.rowmem);
 
 	/*
@@ -1067,6 +1164,7 @@ amrbuild(Relation heap, Relation index, struct IndexInfo *indexInfo)
 		double		allvisfrac;
 
 		table_relation_estimate_size(heap, NULL, &pages, &tuples, &allvisfrac);
+		bs.est_rows = tuples;
 		if (tuples > 0)
 		{
 			bs.capboxes = Min(Min((Size) (tuples * 1.05) + 1024, bs.max_rows),

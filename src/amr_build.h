@@ -11,6 +11,9 @@
 
 #include "amr_leafstore.h"
 
+#include "storage/dsm_impl.h"
+#include "storage/spin.h"
+
 /*
  * A row as the heap scan collects it: what a leaf entry holds but its WAL
  * position, which is the same for the whole build -- 40 bytes instead of
@@ -52,12 +55,49 @@ extern void amr_build_points(const AmrBuildEntry *rows, Size n, double base,
  * are merged and the rows come out one STR slice at a time, leaf after leaf
  * (the leaves amr_pack_points_order's order gives in memory, but for rows of
  * equal keys), each leaf's rows in heap order.  NULL keys are kept in scan
- * order.
+ * order (each participant's of a parallel build in its own).
  */
 typedef struct AmrSpill AmrSpill;
 
 /* Runs for chunks of up to chunk_rows rows, leaves of fill rows; mem bounds the merge. */
 extern AmrSpill *amr_spill_begin(Size chunk_rows, int fill, Size mem);
+
+/*
+ * A parallel build whose participants sort runs of their own (amr_build.c,
+ * parallel_scan): in the parallel context's shared memory.  The size
+ * classes' limit is the first chunk's of whichever participant fills one
+ * first; the workers' runs are in a SharedFileSet in a segment of its own,
+ * which the leader's AmrSpill keeps attached, so the runs outlive the
+ * workers and the parallel context until the merge is done.
+ */
+typedef struct AmrSpillShared
+{
+	slock_t		mutex;
+	bool		have_base;
+	double		base;
+	dsm_handle	files;
+} AmrSpillShared;
+
+/*
+ * The leader's spill of a parallel build that sorts in every participant:
+ * as amr_spill_begin, and shared set up; NULL if no segment for the
+ * workers' files can be had.
+ */
+extern AmrSpill *amr_spill_begin_parallel(Size chunk_rows, int fill, Size mem,
+										  AmrSpillShared *shared);
+
+/* A worker's spill: its runs and NULL keys go to the leader's file set. */
+extern AmrSpill *amr_spill_begin_worker(Size chunk_rows, int fill, AmrSpillShared *shared,
+										int worker);
+
+/* In a worker, after its last rows: list its runs for the leader, close, free. */
+extern void amr_spill_worker_done(AmrSpill *sp);
+
+/* In the leader, after the workers finished: add worker's runs and NULL keys. */
+extern void amr_spill_take_worker_runs(AmrSpill *sp, int worker);
+
+/* In the leader, before the shared memory goes: keep the agreed class limit. */
+extern void amr_spill_leave_shared(AmrSpill *sp);
 
 /* Sort and write rows[0..n-1] (non-NULL keys) as a run. */
 extern void amr_spill_add_rows(AmrSpill *sp, const AmrBuildEntry *rows, Size n);

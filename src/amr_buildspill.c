@@ -29,6 +29,8 @@
 
 #include "miscadmin.h"
 #include "storage/buffile.h"
+#include "storage/dsm.h"
+#include "storage/sharedfileset.h"
 #include "utils/memutils.h"
 
 /*
@@ -40,6 +42,9 @@
 
 /* Rows ahead that writing a run fetches (they are scattered over the chunk). */
 #define SPILL_PREFETCH		16
+
+/* Names of the files a worker makes in the shared file set. */
+#define SPILL_NAME_LEN		32
 
 /* A row in a run, with its sort key. */
 typedef struct SpillRecord
@@ -54,13 +59,30 @@ typedef struct SpillRecord
  * other, so the key need not hold the class and can hold y, which the
  * slice is sorted by next.
  */
-typedef struct SpillRun
+typedef struct SpillRunSegments
 {
-	BufFile    *file;
 	int			seg_fileno[AMR_SIZE_CLASSES];
 	off_t		seg_offset[AMR_SIZE_CLASSES];
 	Size		seg_rows[AMR_SIZE_CLASSES];
+} SpillRunSegments;
+
+typedef struct SpillRun
+{
+	BufFile    *file;
+	SpillRunSegments s;
+	char		name[SPILL_NAME_LEN];	/* in the shared file set, or "" */
 } SpillRun;
+
+/*
+ * What a parallel worker leaves for the leader beside its runs: a file
+ * "w<worker>.dir" holding this header and a SpillRunSegments per run
+ * ("w<worker>.r<run>"), and its NULL keys in "w<worker>.nulls".
+ */
+typedef struct SpillWorkerDir
+{
+	int			nruns;
+	Size		nnulls;
+} SpillWorkerDir;
 
 /*
  * A merge of one size class's segments of some runs: a binary min-heap of
@@ -87,6 +109,17 @@ struct AmrSpill
 	bool		have_base;
 	double		base;
 
+	/*
+	 * A parallel build whose participants sort runs of their own: the limit
+	 * agreed on (until amr_spill_leave_shared), and the file set the workers'
+	 * runs are in.  worker is the worker's number in a worker, -1 in the
+	 * leader.
+	 */
+	AmrSpillShared *shared;
+	dsm_segment *files_seg;
+	SharedFileSet *files;
+	int			worker;
+
 	/* sorting a chunk: chunk_rows each, freed when the merge begins */
 	AmrPackPoint *items;
 	AmrPackPoint *scratch;
@@ -99,10 +132,13 @@ struct AmrSpill
 	Size		class_rows[AMR_SIZE_CLASSES];
 	Size		nrows;
 
-	/* NULL keys, in scan order */
+	/* NULL keys, in scan order: this process's file, then the workers' */
 	BufFile    *nullfile;
 	Size		nnulls;
-	bool		nulls_rewound;
+	BufFile   **nullfiles;
+	int			nnullfiles;
+	int			maxnullfiles;
+	int			nulls_reading;	/* file being read, -1 before the first */
 
 	/* reading back: the merge of the current class and the slice being cut */
 	bool		reading;
@@ -137,6 +173,47 @@ amr_spill_begin(Size chunk_rows, int fill, Size mem)
 	sp->cls = MemoryContextAllocHuge(cxt, chunk_rows + 1);
 	sp->maxruns = 16;
 	sp->runs = MemoryContextAlloc(cxt, sizeof(SpillRun) * sp->maxruns);
+	sp->worker = -1;
+	sp->maxnullfiles = 4;
+	sp->nullfiles = MemoryContextAlloc(cxt, sizeof(BufFile *) * sp->maxnullfiles);
+	sp->nulls_reading = -1;
+	return sp;
+}
+
+AmrSpill *
+amr_spill_begin_parallel(Size chunk_rows, int fill, Size mem, AmrSpillShared *shared)
+{
+	dsm_segment *seg = dsm_create(sizeof(SharedFileSet), DSM_CREATE_NULL_IF_MAXSEGMENTS);
+	AmrSpill   *sp;
+
+	if (seg == NULL)
+		return NULL;
+	sp = amr_spill_begin(chunk_rows, fill, mem);
+	sp->files_seg = seg;
+	sp->files = dsm_segment_address(seg);
+	SharedFileSetInit(sp->files, seg);
+	SpinLockInit(&shared->mutex);
+	shared->have_base = false;
+	shared->base = 0;
+	shared->files = dsm_segment_handle(seg);
+	sp->shared = shared;
+	return sp;
+}
+
+AmrSpill *
+amr_spill_begin_worker(Size chunk_rows, int fill, AmrSpillShared *shared, int worker)
+{
+	AmrSpill   *sp = amr_spill_begin(chunk_rows, fill, 0);
+
+	sp->files_seg = dsm_attach(shared->files);
+	if (sp->files_seg == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("amrtree build: could not attach to the leader's temporary file set")));
+	sp->files = dsm_segment_address(sp->files_seg);
+	SharedFileSetAttach(sp->files, sp->files_seg);
+	sp->shared = shared;
+	sp->worker = worker;
 	return sp;
 }
 
@@ -154,9 +231,37 @@ new_run(AmrSpill *sp)
 	}
 	run = &sp->runs[sp->nruns++];
 	memset(run, 0, sizeof(*run));
-	run->file = BufFileCreateTemp(false);
+	if (sp->worker >= 0)
+	{
+		/* a worker's, for the leader to read: named in the shared set */
+		snprintf(run->name, sizeof(run->name), "w%d.r%d", sp->worker, sp->nruns - 1);
+		run->file = BufFileCreateFileSet(&sp->files->fs, run->name);
+	}
+	else
+		run->file = BufFileCreateTemp(false);
 	MemoryContextSwitchTo(old);
 	return run;
+}
+
+/* Done with a run that has been merged into another: its file goes. */
+static void
+drop_run(AmrSpill *sp, SpillRun *run)
+{
+	BufFileClose(run->file);
+	if (run->name[0] != '\0')
+		BufFileDeleteFileSet(&sp->files->fs, run->name, false);
+}
+
+/* A file of NULL keys to read after this process's (or a worker's own). */
+static void
+add_null_file(AmrSpill *sp, BufFile *file)
+{
+	if (sp->nnullfiles == sp->maxnullfiles)
+	{
+		sp->maxnullfiles *= 2;
+		sp->nullfiles = repalloc(sp->nullfiles, sizeof(BufFile *) * sp->maxnullfiles);
+	}
+	sp->nullfiles[sp->nnullfiles++] = file;
 }
 
 /* The next record of a run into *rec (one must be there). */
@@ -187,7 +292,21 @@ amr_spill_add_rows(AmrSpill *sp, const AmrBuildEntry *rows, Size n)
 	CHECK_FOR_INTERRUPTS();
 	if (!sp->have_base)
 	{
-		sp->base = amr_build_class_base(rows, n);
+		double		base = amr_build_class_base(rows, n);
+
+		/* in a parallel build, the first participant's chunk sets it for all */
+		if (sp->shared)
+		{
+			SpinLockAcquire(&sp->shared->mutex);
+			if (!sp->shared->have_base)
+			{
+				sp->shared->base = base;
+				sp->shared->have_base = true;
+			}
+			base = sp->shared->base;
+			SpinLockRelease(&sp->shared->mutex);
+		}
+		sp->base = base;
 		sp->have_base = true;
 	}
 
@@ -201,7 +320,7 @@ amr_spill_add_rows(AmrSpill *sp, const AmrBuildEntry *rows, Size n)
 		AmrPackPoint *part = sp->items + sum;
 
 		amr_pack_points_sort(part, counts[c], 0, sp->scratch);
-		BufFileTell(run->file, &run->seg_fileno[c], &run->seg_offset[c]);
+		BufFileTell(run->file, &run->s.seg_fileno[c], &run->s.seg_offset[c]);
 		for (i = 0; i < counts[c]; i++)
 		{
 			SpillRecord rec;
@@ -213,7 +332,7 @@ amr_spill_add_rows(AmrSpill *sp, const AmrBuildEntry *rows, Size n)
 			rec.row = rows[part[i].ref];
 			BufFileWrite(run->file, &rec, sizeof(rec));
 		}
-		run->seg_rows[c] = counts[c];
+		run->s.seg_rows[c] = counts[c];
 		sp->class_rows[c] += counts[c];
 		sum += counts[c];
 	}
@@ -229,7 +348,18 @@ amr_spill_add_nulls(AmrSpill *sp, const AmrBuildEntry *rows, Size n)
 	{
 		MemoryContext old = MemoryContextSwitchTo(sp->cxt);
 
-		sp->nullfile = BufFileCreateTemp(false);
+		if (sp->worker >= 0)
+		{
+			char		name[SPILL_NAME_LEN];
+
+			snprintf(name, sizeof(name), "w%d.nulls", sp->worker);
+			sp->nullfile = BufFileCreateFileSet(&sp->files->fs, name);
+		}
+		else
+		{
+			sp->nullfile = BufFileCreateTemp(false);
+			add_null_file(sp, sp->nullfile);
+		}
 		MemoryContextSwitchTo(old);
 	}
 	BufFileWrite(sp->nullfile, (void *) rows, n * sizeof(AmrBuildEntry));
@@ -300,10 +430,10 @@ merge_begin(SpillMerge *m, SpillRun *runs, int nruns, int cls)
 	m->nheap = 0;
 	for (i = 0; i < nruns; i++)
 	{
-		m->left[i] = runs[i].seg_rows[cls];
+		m->left[i] = runs[i].s.seg_rows[cls];
 		if (m->left[i] == 0)
 			continue;
-		if (BufFileSeek(runs[i].file, runs[i].seg_fileno[cls], runs[i].seg_offset[cls],
+		if (BufFileSeek(runs[i].file, runs[i].s.seg_fileno[cls], runs[i].s.seg_offset[cls],
 						SEEK_SET) != 0)
 			ereport(ERROR,
 					(errcode_for_file_access(),
@@ -384,17 +514,17 @@ reduce_runs(AmrSpill *sp)
 				SpillMerge	m;
 				SpillRecord rec;
 
-				BufFileTell(out->file, &out->seg_fileno[c], &out->seg_offset[c]);
+				BufFileTell(out->file, &out->s.seg_fileno[c], &out->s.seg_offset[c]);
 				merge_begin(&m, old + first, k, c);
 				while (merge_next(&m, &rec))
 				{
 					BufFileWrite(out->file, &rec, sizeof(rec));
-					out->seg_rows[c]++;
+					out->s.seg_rows[c]++;
 				}
 				merge_end(&m);
 			}
 			for (i = first; i < first + k; i++)
-				BufFileClose(old[i].file);
+				drop_run(sp, &old[i]);
 		}
 		pfree(old);
 	}
@@ -509,25 +639,33 @@ amr_spill_next_slice(AmrSpill *sp, AmrBuildEntry **rows)
 Size
 amr_spill_next_nulls(AmrSpill *sp, AmrBuildEntry *buf, Size max)
 {
-	size_t		got;
-
-	if (sp->nullfile == NULL)
-		return 0;
-	if (!sp->nulls_rewound)
+	for (;;)
 	{
-		if (BufFileSeek(sp->nullfile, 0, 0, SEEK_SET) != 0)
+		size_t		got;
+
+		if (sp->nulls_reading >= sp->nnullfiles)
+			return 0;
+		if (sp->nulls_reading < 0)
+		{
+			/* this process's own file was written: back to its start */
+			sp->nulls_reading = 0;
+			if (sp->nullfile &&
+				BufFileSeek(sp->nullfile, 0, 0, SEEK_SET) != 0)
+				ereport(ERROR,
+						(errcode_for_file_access(),
+						 errmsg("could not rewind amrtree build temporary file: %m")));
+			continue;
+		}
+		got = BufFileRead(sp->nullfiles[sp->nulls_reading], buf, max * sizeof(AmrBuildEntry));
+		if (got % sizeof(AmrBuildEntry) != 0)
 			ereport(ERROR,
 					(errcode_for_file_access(),
-					 errmsg("could not rewind amrtree build temporary file: %m")));
-		sp->nulls_rewound = true;
+					 errmsg("could not read from amrtree build temporary file: read only %zu bytes",
+							got)));
+		if (got > 0)
+			return got / sizeof(AmrBuildEntry);
+		sp->nulls_reading++;
 	}
-	got = BufFileRead(sp->nullfile, buf, max * sizeof(AmrBuildEntry));
-	if (got % sizeof(AmrBuildEntry) != 0)
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not read from amrtree build temporary file: read only %zu bytes",
-						got)));
-	return got / sizeof(AmrBuildEntry);
 }
 
 void
@@ -539,7 +677,101 @@ amr_spill_end(AmrSpill *sp)
 		merge_end(&sp->merge);
 	for (i = 0; i < sp->nruns; i++)
 		BufFileClose(sp->runs[i].file);
+	for (i = 0; i < sp->nnullfiles; i++)
+		BufFileClose(sp->nullfiles[i]);
+	/* the last detach deletes the workers' files */
+	if (sp->files_seg)
+		dsm_detach(sp->files_seg);
+	MemoryContextDelete(sp->cxt);
+}
+
+void
+amr_spill_worker_done(AmrSpill *sp)
+{
+	SpillWorkerDir dir;
+	BufFile    *file;
+	char		name[SPILL_NAME_LEN];
+	int			i;
+
+	Assert(sp->worker >= 0);
+	dir.nruns = sp->nruns;
+	dir.nnulls = sp->nnulls;
+	snprintf(name, sizeof(name), "w%d.dir", sp->worker);
+	file = BufFileCreateFileSet(&sp->files->fs, name);
+	BufFileWrite(file, &dir, sizeof(dir));
+	for (i = 0; i < sp->nruns; i++)
+	{
+		BufFileWrite(file, &sp->runs[i].s, sizeof(SpillRunSegments));
+		BufFileClose(sp->runs[i].file);
+	}
+	BufFileClose(file);
 	if (sp->nullfile)
 		BufFileClose(sp->nullfile);
+	dsm_detach(sp->files_seg);
 	MemoryContextDelete(sp->cxt);
+}
+
+void
+amr_spill_take_worker_runs(AmrSpill *sp, int worker)
+{
+	MemoryContext old = MemoryContextSwitchTo(sp->cxt);
+	SpillWorkerDir dir;
+	BufFile    *file;
+	char		name[SPILL_NAME_LEN];
+	int			i;
+	int			c;
+
+	Assert(sp->worker < 0 && sp->files != NULL && !sp->reading);
+	snprintf(name, sizeof(name), "w%d.dir", worker);
+	file = BufFileOpenFileSet(&sp->files->fs, name, O_RDONLY, false);
+	if (BufFileRead(file, &dir, sizeof(dir)) != sizeof(dir))
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not read amrtree build temporary file \"%s\"", name)));
+	for (i = 0; i < dir.nruns; i++)
+	{
+		SpillRun   *run;
+
+		if (sp->nruns == sp->maxruns)
+		{
+			sp->maxruns *= 2;
+			sp->runs = repalloc(sp->runs, sizeof(SpillRun) * sp->maxruns);
+		}
+		run = &sp->runs[sp->nruns++];
+		memset(run, 0, sizeof(*run));
+		if (BufFileRead(file, &run->s, sizeof(SpillRunSegments)) != sizeof(SpillRunSegments))
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not read amrtree build temporary file \"%s\"", name)));
+		snprintf(run->name, sizeof(run->name), "w%d.r%d", worker, i);
+		run->file = BufFileOpenFileSet(&sp->files->fs, run->name, O_RDONLY, false);
+		for (c = 0; c < AMR_SIZE_CLASSES; c++)
+		{
+			sp->class_rows[c] += run->s.seg_rows[c];
+			sp->nrows += run->s.seg_rows[c];
+		}
+	}
+	BufFileClose(file);
+	if (dir.nnulls > 0)
+	{
+		snprintf(name, sizeof(name), "w%d.nulls", worker);
+		add_null_file(sp, BufFileOpenFileSet(&sp->files->fs, name, O_RDONLY, false));
+		sp->nnulls += dir.nnulls;
+	}
+	MemoryContextSwitchTo(old);
+}
+
+void
+amr_spill_leave_shared(AmrSpill *sp)
+{
+	if (sp->shared == NULL)
+		return;
+	SpinLockAcquire(&sp->shared->mutex);
+	if (sp->shared->have_base)
+	{
+		sp->base = sp->shared->base;
+		sp->have_base = true;
+	}
+	SpinLockRelease(&sp->shared->mutex);
+	sp->shared = NULL;
 }
