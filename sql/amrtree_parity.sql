@@ -183,7 +183,9 @@ SELECT entries FROM amrtree_index_stats('pt_b');
 
 -- phase 5: builds larger than maintenance_work_mem, whose 1MB holds 16,131
 -- rows here: the build sorts the rows in runs on temporary files and
--- merges them (NULL keys included), alone and with parallel workers
+-- merges them (NULL keys included); the planner gives a build in 1MB no
+-- parallel workers (it wants 32MB for each participant), so the second
+-- build is serial too: a parallel build that spills follows below
 SET maintenance_work_mem = '1MB';
 SET log_temp_files = -1;	-- pg_regress logs them; their names vary
 SET client_min_messages = debug1;

@@ -23,6 +23,13 @@
  * breaks their ties by y, the sort in memory by scan order); the leaves
  * are as full as in memory, and every row is in exactly one.
  *
+ * In a parallel build every participant sorts runs of its own chunks
+ * (amr_build.c, parallel_scan): a worker writes its runs and its NULL keys
+ * into a SharedFileSet, with a directory file listing each run's class
+ * segments, and the leader adds them to its own runs once the workers are
+ * done.  The first participant to fill a chunk fixes the class limit for
+ * all (AmrSpillShared), so that every run's classes are the same.
+ *
  *-------------------------------------------------------------------------
  */
 #include "amr_build.h"

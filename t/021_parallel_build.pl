@@ -5,13 +5,16 @@
 # chains, and a snapshot older than the build that must still see the rows
 # deleted since); that an error in a worker, and a cancel, fail the build
 # cleanly and give back its pool storage; that with no workers to be had
-# the build scans alone; and that a build does not keep what an operator
-# class's bounding-box function allocates per row.
+# the build scans alone; that a build does not keep what an operator
+# class's bounding-box function allocates per row; and that a build larger
+# than maintenance_work_mem sorts runs in every participant, and fails
+# cleanly.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use File::Find;
 use lib $ENV{AMR_SRC} ? "$ENV{AMR_SRC}/t" : 't';
 use AmrTree;
 
@@ -238,6 +241,74 @@ VACUUM ANALYZE pb;});
 		"a build on points peaks like one on boxes ($growth{p} kB against $growth{b} kB)");
 	$node->safe_psql('postgres', 'DROP TABLE pb');
 }
+
+# --- 8. more rows than maintenance_work_mem holds (64MB holds 1,032,444):
+# the leader and each worker scan blocks and sort runs of their own (the
+# workers' in a shared file set); the index answers like a sequential
+# scan, and an error or a cancel near the end of the scan (after the first
+# runs, of about 516,000 rows a participant with one worker, were written)
+# leaves no temporary file behind and gives back the pool's storage
+$node->safe_psql('postgres', q{
+CREATE TABLE sr (id int, b box);
+INSERT INTO sr SELECT g,
+  CASE WHEN g % 97 = 0 THEN NULL
+       ELSE box(point(x, y), point(x + 0.002, y + 0.003)) END
+FROM (SELECT g, random() AS x, random() AS y FROM generate_series(1, 1100000) g) s;
+VACUUM ANALYZE sr;
+CREATE FUNCTION late_flaky_box(id int, b box) RETURNS box LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  IF id = 1090001 THEN
+    RAISE EXCEPTION 'no box for row %', id;
+  END IF;
+  RETURN b;
+END $$;
+CREATE FUNCTION late_slow_box(id int, b box) RETURNS box LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+  IF id > 1050000 AND id % 5000 = 0 THEN
+    PERFORM pg_sleep(0.3);
+  END IF;
+  RETURN b;
+END $$;});
+
+# files under the data directory's pgsql_tmp, in file sets' directories too
+sub temp_files
+{
+	my $n = 0;
+	my $dir = $node->data_dir . '/base/pgsql_tmp';
+	return 0 unless -d $dir;
+	File::Find::find(sub { $n++ if -f $_ }, $dir);
+	return $n;
+}
+my $empty = usage();
+($ok, $err) = build('CREATE INDEX sr_b ON sr USING amrtree (b)', 2,
+	"SET maintenance_work_mem = '64MB';");
+ok($ok, 'a parallel build larger than maintenance_work_mem succeeds') or diag($err);
+like($err, qr/the leader and [12] parallel workers scan the table and sort runs of up to \d+ rows each/,
+	'the leader and the workers sorted runs of their own');
+is(entries('sr_b'), '1100000', 'every row has its entry');
+is($node->safe_psql('postgres', q{SELECT amrtree_check('sr_b')}), 't', 'amrtree_check passes');
+my ($with, $without) = amr_with_and_without_index($node, 'postgres', q{
+SELECT 'windows: ' || count(*) || ' ' || sum(s.id) FROM amr_windows w JOIN sr s ON s.b && w.qb
+UNION ALL SELECT 'NULL: ' || count(*) || ' ' || sum(id) FROM sr WHERE b IS NULL
+ORDER BY 1});
+is($with, $without, 'the windows and the NULL keys: the index finds what a sequential scan finds');
+is(temp_files(), 0, 'the runs are gone once the build is done');
+
+($ok, $err) = build('CREATE INDEX sr_flaky ON sr USING amrtree (late_flaky_box(id, b))', 2,
+	"SET maintenance_work_mem = '64MB';");
+ok(!$ok, 'a sorting build that fails in the middle of the scan fails');
+like($err, qr/ERROR:  no box for row 1090001/, 'with the error of the participant that met the row')
+  or diag($err);
+($ok, $err) = build('CREATE INDEX sr_slow ON sr USING amrtree (late_slow_box(id, b))', 2,
+	"SET maintenance_work_mem = '64MB'; SET statement_timeout = '2s';");
+ok(!$ok, 'a sorting build cancelled in the middle fails');
+like($err, qr/canceling statement due to statement timeout/, 'by the statement timeout') or diag($err);
+is(temp_files(), 0, 'neither leaves a temporary file behind');
+$node->safe_psql('postgres', 'DROP INDEX sr_b');
+is(usage(), $empty, 'the failed builds gave back their leaves and slots');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'parallel worker'}),
+	'0', 'no parallel worker is left behind');
+$node->safe_psql('postgres', 'DROP TABLE sr');
 
 $node->stop;
 done_testing();
