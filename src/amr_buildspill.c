@@ -224,11 +224,10 @@ amr_spill_begin_worker(Size chunk_rows, int fill, AmrSpillShared *shared, int wo
 	return sp;
 }
 
-/* A new run, in the spill's memory; its file is created empty. */
+/* One more run in sp->runs, zeroed, without a file yet. */
 static SpillRun *
-new_run(AmrSpill *sp)
+append_run(AmrSpill *sp)
 {
-	MemoryContext old = MemoryContextSwitchTo(sp->cxt);
 	SpillRun   *run;
 
 	if (sp->nruns == sp->maxruns)
@@ -238,6 +237,16 @@ new_run(AmrSpill *sp)
 	}
 	run = &sp->runs[sp->nruns++];
 	memset(run, 0, sizeof(*run));
+	return run;
+}
+
+/* A new run, in the spill's memory; its file is created empty. */
+static SpillRun *
+new_run(AmrSpill *sp)
+{
+	MemoryContext old = MemoryContextSwitchTo(sp->cxt);
+	SpillRun   *run = append_run(sp);
+
 	if (sp->worker >= 0)
 	{
 		/* a worker's, for the leader to read: named in the shared set */
@@ -271,17 +280,24 @@ add_null_file(AmrSpill *sp, BufFile *file)
 	sp->nullfiles[sp->nnullfiles++] = file;
 }
 
-/* The next record of a run into *rec (one must be there). */
+/* len bytes of file into buf (they must be there). */
 static void
-read_record(BufFile *file, SpillRecord *rec)
+read_exactly(BufFile *file, void *buf, size_t len)
 {
-	size_t		got = BufFileRead(file, rec, sizeof(*rec));
+	size_t		got = BufFileRead(file, buf, len);
 
-	if (got != sizeof(*rec))
+	if (got != len)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not read from amrtree build temporary file: read only %zu of %zu bytes",
-						got, sizeof(*rec))));
+						got, len)));
+}
+
+/* The next record of a run into *rec (one must be there). */
+static inline void
+read_record(BufFile *file, SpillRecord *rec)
+{
+	read_exactly(file, rec, sizeof(*rec));
 }
 
 void
@@ -731,25 +747,12 @@ amr_spill_take_worker_runs(AmrSpill *sp, int worker)
 	Assert(sp->worker < 0 && sp->files != NULL && !sp->reading);
 	snprintf(name, sizeof(name), "w%d.dir", worker);
 	file = BufFileOpenFileSet(&sp->files->fs, name, O_RDONLY, false);
-	if (BufFileRead(file, &dir, sizeof(dir)) != sizeof(dir))
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not read amrtree build temporary file \"%s\"", name)));
+	read_exactly(file, &dir, sizeof(dir));
 	for (i = 0; i < dir.nruns; i++)
 	{
-		SpillRun   *run;
+		SpillRun   *run = append_run(sp);
 
-		if (sp->nruns == sp->maxruns)
-		{
-			sp->maxruns *= 2;
-			sp->runs = repalloc(sp->runs, sizeof(SpillRun) * sp->maxruns);
-		}
-		run = &sp->runs[sp->nruns++];
-		memset(run, 0, sizeof(*run));
-		if (BufFileRead(file, &run->s, sizeof(SpillRunSegments)) != sizeof(SpillRunSegments))
-			ereport(ERROR,
-					(errcode_for_file_access(),
-					 errmsg("could not read amrtree build temporary file \"%s\"", name)));
+		read_exactly(file, &run->s, sizeof(SpillRunSegments));
 		snprintf(run->name, sizeof(run->name), "w%d.r%d", worker, i);
 		run->file = BufFileOpenFileSet(&sp->files->fs, run->name, O_RDONLY, false);
 		for (c = 0; c < AMR_SIZE_CLASSES; c++)
