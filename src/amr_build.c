@@ -1087,11 +1087,7 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 	/* a worker's error is raised here */
 	WaitForParallelWorkersToFinish(pcxt);
 	if (shared->sort_runs)
-	{
-		for (i = 0; i < nlaunched; i++)
-			amr_spill_take_worker_runs(bs->spill, i);
-		amr_spill_leave_shared(bs->spill);
-	}
+		amr_spill_take_workers(bs->spill, nlaunched);
 	*reltuples = shared->reltuples + leader_tuples;
 	if (shared->broken_hot_chain)
 		indexInfo->ii_BrokenHotChain = true;

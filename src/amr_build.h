@@ -93,11 +93,12 @@ extern AmrSpill *amr_spill_begin_worker(Size chunk_rows, int fill, AmrSpillShare
 /* In a worker, after its last rows: list its runs for the leader, close, free. */
 extern void amr_spill_worker_done(AmrSpill *sp);
 
-/* In the leader, after the workers finished: add worker's runs and NULL keys. */
-extern void amr_spill_take_worker_runs(AmrSpill *sp, int worker);
-
-/* In the leader, before the shared memory goes: keep the agreed class limit. */
-extern void amr_spill_leave_shared(AmrSpill *sp);
+/*
+ * In the leader, once workers 0..nworkers-1 have finished and before the
+ * shared memory goes: add their runs and NULL keys, and keep the agreed
+ * class limit.
+ */
+extern void amr_spill_take_workers(AmrSpill *sp, int nworkers);
 
 /* Sort and write rows[0..n-1] (non-NULL keys) as a run. */
 extern void amr_spill_add_rows(AmrSpill *sp, const AmrBuildEntry *rows, Size n);

@@ -118,7 +118,7 @@ struct AmrSpill
 
 	/*
 	 * A parallel build whose participants sort runs of their own: the limit
-	 * agreed on (until amr_spill_leave_shared), and the file set the workers'
+	 * agreed on (until amr_spill_take_workers), and the file set the workers'
 	 * runs are in.  worker is the worker's number in a worker, -1 in the
 	 * leader.
 	 */
@@ -139,13 +139,17 @@ struct AmrSpill
 	Size		class_rows[AMR_SIZE_CLASSES];
 	Size		nrows;
 
-	/* NULL keys, in scan order: this process's file, then the workers' */
+	/*
+	 * NULL keys, in scan order: nullfile is this process's, written; the
+	 * files to read back are nullfiles (in the leader, its own and the
+	 * workers').
+	 */
 	BufFile    *nullfile;
 	Size		nnulls;
 	BufFile   **nullfiles;
 	int			nnullfiles;
 	int			maxnullfiles;
-	int			nulls_reading;	/* file being read, -1 before the first */
+	int			nulls_reading;	/* in nullfiles */
 
 	/* reading back: the merge of the current class and the slice being cut */
 	bool		reading;
@@ -183,7 +187,6 @@ amr_spill_begin(Size chunk_rows, int fill, Size mem)
 	sp->worker = -1;
 	sp->maxnullfiles = 4;
 	sp->nullfiles = MemoryContextAlloc(cxt, sizeof(BufFile *) * sp->maxnullfiles);
-	sp->nulls_reading = -1;
 	return sp;
 }
 
@@ -268,7 +271,7 @@ drop_run(AmrSpill *sp, SpillRun *run)
 		BufFileDeleteFileSet(&sp->files->fs, run->name, false);
 }
 
-/* A file of NULL keys to read after this process's (or a worker's own). */
+/* A file of NULL keys, to be read back (or, in a worker, closed) in turn. */
 static void
 add_null_file(AmrSpill *sp, BufFile *file)
 {
@@ -379,10 +382,8 @@ amr_spill_add_nulls(AmrSpill *sp, const AmrBuildEntry *rows, Size n)
 			sp->nullfile = BufFileCreateFileSet(&sp->files->fs, name);
 		}
 		else
-		{
 			sp->nullfile = BufFileCreateTemp(false);
-			add_null_file(sp, sp->nullfile);
-		}
+		add_null_file(sp, sp->nullfile);
 		MemoryContextSwitchTo(old);
 	}
 	BufFileWrite(sp->nullfile, (void *) rows, n * sizeof(AmrBuildEntry));
@@ -568,6 +569,12 @@ amr_spill_finish_runs(AmrSpill *sp)
 
 	reduce_runs(sp);
 
+	/* this process's NULL keys were written: back to their start */
+	if (sp->nullfile && BufFileSeek(sp->nullfile, 0, 0, SEEK_SET) != 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not rewind amrtree build temporary file: %m")));
+
 	for (c = 0; c < AMR_SIZE_CLASSES; c++)
 		max_slice = Max(max_slice, amr_str_slice_items(sp->class_rows[c], sp->fill));
 	sp->slice_in = MemoryContextAllocHuge(sp->cxt, sizeof(AmrBuildEntry) * (max_slice + 1));
@@ -662,23 +669,11 @@ amr_spill_next_slice(AmrSpill *sp, AmrBuildEntry **rows)
 Size
 amr_spill_next_nulls(AmrSpill *sp, AmrBuildEntry *buf, Size max)
 {
-	for (;;)
+	Assert(sp->reading);
+	while (sp->nulls_reading < sp->nnullfiles)
 	{
 		size_t		got;
 
-		if (sp->nulls_reading >= sp->nnullfiles)
-			return 0;
-		if (sp->nulls_reading < 0)
-		{
-			/* this process's own file was written: back to its start */
-			sp->nulls_reading = 0;
-			if (sp->nullfile &&
-				BufFileSeek(sp->nullfile, 0, 0, SEEK_SET) != 0)
-				ereport(ERROR,
-						(errcode_for_file_access(),
-						 errmsg("could not rewind amrtree build temporary file: %m")));
-			continue;
-		}
 		got = BufFileRead(sp->nullfiles[sp->nulls_reading], buf, max * sizeof(AmrBuildEntry));
 		if (got % sizeof(AmrBuildEntry) != 0)
 			ereport(ERROR,
@@ -689,6 +684,7 @@ amr_spill_next_nulls(AmrSpill *sp, AmrBuildEntry *buf, Size max)
 			return got / sizeof(AmrBuildEntry);
 		sp->nulls_reading++;
 	}
+	return 0;
 }
 
 void
@@ -723,28 +719,22 @@ amr_spill_worker_done(AmrSpill *sp)
 	file = BufFileCreateFileSet(&sp->files->fs, name);
 	BufFileWrite(file, &dir, sizeof(dir));
 	for (i = 0; i < sp->nruns; i++)
-	{
 		BufFileWrite(file, &sp->runs[i].s, sizeof(SpillRunSegments));
-		BufFileClose(sp->runs[i].file);
-	}
 	BufFileClose(file);
-	if (sp->nullfile)
-		BufFileClose(sp->nullfile);
-	dsm_detach(sp->files_seg);
-	MemoryContextDelete(sp->cxt);
+	/* closing flushes the runs; the file set keeps them for the leader */
+	amr_spill_end(sp);
 }
 
-void
-amr_spill_take_worker_runs(AmrSpill *sp, int worker)
+/* Add worker's runs and NULL keys, as its directory file lists them. */
+static void
+take_worker_runs(AmrSpill *sp, int worker)
 {
-	MemoryContext old = MemoryContextSwitchTo(sp->cxt);
 	SpillWorkerDir dir;
 	BufFile    *file;
 	char		name[SPILL_NAME_LEN];
 	int			i;
 	int			c;
 
-	Assert(sp->worker < 0 && sp->files != NULL && !sp->reading);
 	snprintf(name, sizeof(name), "w%d.dir", worker);
 	file = BufFileOpenFileSet(&sp->files->fs, name, O_RDONLY, false);
 	read_exactly(file, &dir, sizeof(dir));
@@ -768,14 +758,20 @@ amr_spill_take_worker_runs(AmrSpill *sp, int worker)
 		add_null_file(sp, BufFileOpenFileSet(&sp->files->fs, name, O_RDONLY, false));
 		sp->nnulls += dir.nnulls;
 	}
-	MemoryContextSwitchTo(old);
 }
 
 void
-amr_spill_leave_shared(AmrSpill *sp)
+amr_spill_take_workers(AmrSpill *sp, int nworkers)
 {
-	if (sp->shared == NULL)
-		return;
+	MemoryContext old = MemoryContextSwitchTo(sp->cxt);
+	int			i;
+
+	Assert(sp->worker < 0 && sp->shared != NULL && !sp->reading);
+	for (i = 0; i < nworkers; i++)
+		take_worker_runs(sp, i);
+	MemoryContextSwitchTo(old);
+
+	/* the class limit the runs were cut by, for this process's last run */
 	SpinLockAcquire(&sp->shared->mutex);
 	if (sp->shared->have_base)
 	{
