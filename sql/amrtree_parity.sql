@@ -184,8 +184,9 @@ SELECT entries FROM amrtree_index_stats('pt_b');
 -- phase 5: builds larger than maintenance_work_mem, whose 1MB holds 16,131
 -- rows here: the build sorts the rows in runs on temporary files and
 -- merges them (NULL keys included); the planner gives a build in 1MB no
--- parallel workers (it wants 32MB for each participant), so the second
--- build is serial too: a parallel build that spills follows below
+-- parallel workers (it wants 32MB for each participant) unless the table's
+-- parallel_workers option names them, so the second build is serial too:
+-- parallel builds that spill follow below
 SET maintenance_work_mem = '1MB';
 SET log_temp_files = -1;	-- pg_regress logs them; their names vary
 SET client_min_messages = debug1;
@@ -255,6 +256,17 @@ SELECT * FROM mp_check();
 -- worker to spare, the leader spills alone, with the same result)
 ANALYZE mp;
 SET maintenance_work_mem = '64MB';
+SET max_parallel_maintenance_workers = 2;
+REINDEX INDEX mp_b;
+RESET max_parallel_maintenance_workers;
+RESET maintenance_work_mem;
+SELECT * FROM mp_check();
+-- in 1MB again, with the table's parallel_workers option, which PostgreSQL
+-- takes over its rule of 32MB for each participant: the leader and two
+-- workers sort runs of 5,377 rows each (a third of the memory), about 196
+-- runs in all, so the merge passes read the workers' runs too
+ALTER TABLE mp SET (parallel_workers = 2);
+SET maintenance_work_mem = '1MB';
 SET max_parallel_maintenance_workers = 2;
 REINDEX INDEX mp_b;
 RESET max_parallel_maintenance_workers;

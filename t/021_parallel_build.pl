@@ -288,6 +288,27 @@ ORDER BY 1});
 is($with, $without, 'the windows and the NULL keys: the index finds what a sequential scan finds');
 is(temp_files(), 0, 'the runs are gone once the build is done');
 
+# in 1MB, with the table's parallel_workers option (PostgreSQL then skips
+# its rule of 32MB for each participant): runs of 5,377 rows in every
+# participant, about 205 in all, more than one merge of 1MB takes, so the
+# merge passes read the workers' runs as well as the leader's
+$node->safe_psql('postgres', 'ALTER TABLE sr SET (parallel_workers = 2)');
+($ok, $err) = build('REINDEX INDEX sr_b', 2, "SET maintenance_work_mem = '1MB';");
+ok($ok, 'a parallel build in 1MB succeeds') or diag($err);
+like($err, qr/the leader and [12] parallel workers scan the table and sort runs of up to 5377 rows each/,
+	'the leader and the workers sorted runs of 5,377 rows');
+like($err, qr/amrtree build: \d+ sorted runs, more than the \d+ one merge takes; merging them in passes/,
+	'more runs than one merge takes');
+is(entries('sr_b'), '1100000', 'every row has its entry after the passes');
+is($node->safe_psql('postgres', q{SELECT amrtree_check('sr_b')}), 't', 'amrtree_check passes after the passes');
+($with, $without) = amr_with_and_without_index($node, 'postgres', q{
+SELECT 'windows: ' || count(*) || ' ' || sum(s.id) FROM amr_windows w JOIN sr s ON s.b && w.qb
+UNION ALL SELECT 'NULL: ' || count(*) || ' ' || sum(id) FROM sr WHERE b IS NULL
+ORDER BY 1});
+is($with, $without, 'after the passes the index finds what a sequential scan finds');
+is(temp_files(), 0, 'no run is left after the passes');
+$node->safe_psql('postgres', 'ALTER TABLE sr RESET (parallel_workers)');
+
 ($ok, $err) = build('CREATE INDEX sr_flaky ON sr USING amrtree (flaky_box(id, b))', 2,
 	"SET maintenance_work_mem = '64MB'; SET amr_test.fail_row = 1090001;");
 ok(!$ok, 'a sorting build that fails in the middle of the scan fails');

@@ -643,6 +643,10 @@ class Fuzz:
             sql.append("CREATE INDEX f1_%s ON f1 USING amrtree (%s) WITH (pmem_budget = '%s');" % (col, col, b))
             sql.append("CREATE INDEX f2_%s ON f2 USING amrtree (%s) WITH (pmem_budget = '%s', fillfactor = 50) WHERE v %% 2 = 0;" % (col, col, b))
             sql.append("CREATE INDEX f3_%s ON f3 USING amrtree (%s);" % (col, col))
+        # f1's builds get parallel workers in any maintenance_work_mem (the
+        # option overrides the planner's 32MB per participant), so that in
+        # 1MB every participant sorts runs of its own, under the kills
+        sql.append('ALTER TABLE f1 SET (parallel_workers = 2);')
         sql.append('VACUUM ANALYZE f1; VACUUM ANALYZE f2; VACUUM ANALYZE f3;')
         rows_, errs = s.run('\n'.join(sql))
         if errs:
