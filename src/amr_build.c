@@ -39,6 +39,7 @@
 #include "storage/bufmgr.h"
 #include "storage/shm_mq.h"
 #include "storage/smgr.h"
+#include "tcop/tcopprot.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -779,6 +780,7 @@ build_side_spilled(Relation index, AmrTree *t, AmrSpill *sp, bool nulls,
  */
 #define AMR_PKEY_SHARED		UINT64CONST(0xA3B7000000000001)
 #define AMR_PKEY_QUEUES		UINT64CONST(0xA3B7000000000002)
+#define AMR_PKEY_QUERY_TEXT	UINT64CONST(0xA3B7000000000003)
 #define AMR_PQUEUE_SIZE		((Size) 1 << 20)
 #define AMR_PBATCH_ROWS		1024	/* rows a message carries at most */
 
@@ -839,6 +841,7 @@ amr_parallel_build_main(dsm_segment *seg, shm_toc *toc)
 {
 	AmrParallelShared *shared = shm_toc_lookup(toc, AMR_PKEY_SHARED, false);
 	char	   *queues = shm_toc_lookup(toc, AMR_PKEY_QUEUES, false);
+	char	   *query_text = shm_toc_lookup(toc, AMR_PKEY_QUERY_TEXT, true);
 	shm_mq	   *mq = (shm_mq *) (queues + ParallelWorkerNumber * AMR_PQUEUE_SIZE);
 	AmrWorkerState *ws = palloc(sizeof(AmrWorkerState));
 	Relation	heap;
@@ -846,6 +849,16 @@ amr_parallel_build_main(dsm_segment *seg, shm_toc *toc)
 	IndexInfo  *indexInfo;
 	TableScanDesc scan;
 	double		reltuples;
+
+	/*
+	 * The leader's statement, for pg_stat_activity and error reports: without
+	 * it the workers show an empty query while they scan.
+	 */
+	if (query_text != NULL)
+	{
+		debug_query_string = query_text;
+		pgstat_report_activity(STATE_RUNNING, query_text);
+	}
 
 	/* the leader holds these locks already: this is its lock group */
 	heap = table_open(shared->heaprelid, ShareLock);
@@ -932,6 +945,12 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 						   add_size(MAXALIGN(sizeof(AmrParallelShared)), scan_size));
 	shm_toc_estimate_chunk(&pcxt->estimator, mul_size(AMR_PQUEUE_SIZE, nworkers));
 	shm_toc_estimate_keys(&pcxt->estimator, 2);
+	/* no statement when a background worker rebuilds an index */
+	if (debug_query_string != NULL)
+	{
+		shm_toc_estimate_chunk(&pcxt->estimator, strlen(debug_query_string) + 1);
+		shm_toc_estimate_keys(&pcxt->estimator, 1);
+	}
 	InitializeParallelDSM(pcxt);
 	if (pcxt->seg == NULL)
 	{
@@ -973,6 +992,14 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 	shm_toc_insert(pcxt->toc, AMR_PKEY_SHARED, shared);
 	queues = shm_toc_allocate(pcxt->toc, mul_size(AMR_PQUEUE_SIZE, nworkers));
 	shm_toc_insert(pcxt->toc, AMR_PKEY_QUEUES, queues);
+	if (debug_query_string != NULL)
+	{
+		Size		len = strlen(debug_query_string) + 1;
+		char	   *query_text = shm_toc_allocate(pcxt->toc, len);
+
+		memcpy(query_text, debug_query_string, len);
+		shm_toc_insert(pcxt->toc, AMR_PKEY_QUERY_TEXT, query_text);
+	}
 	for (i = 0; i < nworkers; i++)
 	{
 		shm_mq	   *mq = shm_mq_create(queues + i * AMR_PQUEUE_SIZE, AMR_PQUEUE_SIZE);
