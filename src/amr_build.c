@@ -945,7 +945,7 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 						   add_size(MAXALIGN(sizeof(AmrParallelShared)), scan_size));
 	shm_toc_estimate_chunk(&pcxt->estimator, mul_size(AMR_PQUEUE_SIZE, nworkers));
 	shm_toc_estimate_keys(&pcxt->estimator, 2);
-	/* no statement when a background worker rebuilds an index */
+	/* a background worker (the rebuild of a lost index) may have none */
 	if (debug_query_string != NULL)
 	{
 		shm_toc_estimate_chunk(&pcxt->estimator, strlen(debug_query_string) + 1);
