@@ -917,6 +917,7 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 	char	   *queues;
 	shm_mq_handle **mqh;
 	Size		scan_size;
+	Size		query_size;		/* the statement for the workers, with its NUL */
 	ParallelBlockTableScanDesc blocks = NULL;
 	int			nlaunched;
 	int			nlive;
@@ -946,9 +947,10 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 	shm_toc_estimate_chunk(&pcxt->estimator, mul_size(AMR_PQUEUE_SIZE, nworkers));
 	shm_toc_estimate_keys(&pcxt->estimator, 2);
 	/* a background worker (the rebuild of a lost index) may have none */
-	if (debug_query_string != NULL)
+	query_size = debug_query_string ? strlen(debug_query_string) + 1 : 0;
+	if (query_size > 0)
 	{
-		shm_toc_estimate_chunk(&pcxt->estimator, strlen(debug_query_string) + 1);
+		shm_toc_estimate_chunk(&pcxt->estimator, query_size);
 		shm_toc_estimate_keys(&pcxt->estimator, 1);
 	}
 	InitializeParallelDSM(pcxt);
@@ -992,12 +994,11 @@ parallel_scan(Relation heap, Relation index, IndexInfo *indexInfo,
 	shm_toc_insert(pcxt->toc, AMR_PKEY_SHARED, shared);
 	queues = shm_toc_allocate(pcxt->toc, mul_size(AMR_PQUEUE_SIZE, nworkers));
 	shm_toc_insert(pcxt->toc, AMR_PKEY_QUEUES, queues);
-	if (debug_query_string != NULL)
+	if (query_size > 0)
 	{
-		Size		len = strlen(debug_query_string) + 1;
-		char	   *query_text = shm_toc_allocate(pcxt->toc, len);
+		char	   *query_text = shm_toc_allocate(pcxt->toc, query_size);
 
-		memcpy(query_text, debug_query_string, len);
+		memcpy(query_text, debug_query_string, query_size);
 		shm_toc_insert(pcxt->toc, AMR_PKEY_QUERY_TEXT, query_text);
 	}
 	for (i = 0; i < nworkers; i++)

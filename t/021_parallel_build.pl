@@ -277,20 +277,27 @@ sub temp_files
 	File::Find::find(sub { $n++ if -f $_ }, $dir);
 	return $n;
 }
+# sr_b holds every row once, passes amrtree_check, finds what a
+# sequential scan finds (windows and NULL keys), and no run is left
+sub check_sr_b
+{
+	my ($when) = @_;
+	is(entries('sr_b'), '1100000', "every row has its entry $when");
+	is($node->safe_psql('postgres', q{SELECT amrtree_check('sr_b')}), 't', "amrtree_check passes $when");
+	my ($with, $without) = amr_with_and_without_index($node, 'postgres', q{
+SELECT 'windows: ' || count(*) || ' ' || sum(s.id) FROM amr_windows w JOIN sr s ON s.b && w.qb
+UNION ALL SELECT 'NULL: ' || count(*) || ' ' || sum(id) FROM sr WHERE b IS NULL
+ORDER BY 1});
+	is($with, $without, "the windows and the NULL keys: the index finds what a sequential scan finds $when");
+	is(temp_files(), 0, "no run is left $when");
+}
 my $empty = usage();
 ($ok, $err) = build('CREATE INDEX sr_b ON sr USING amrtree (b)', 2,
 	"SET maintenance_work_mem = '64MB';");
 ok($ok, 'a parallel build larger than maintenance_work_mem succeeds') or diag($err);
 like($err, qr/the leader and [12] parallel workers scan the table and sort runs of up to \d+ rows each/,
 	'the leader and the workers sorted runs of their own');
-is(entries('sr_b'), '1100000', 'every row has its entry');
-is($node->safe_psql('postgres', q{SELECT amrtree_check('sr_b')}), 't', 'amrtree_check passes');
-my ($with, $without) = amr_with_and_without_index($node, 'postgres', q{
-SELECT 'windows: ' || count(*) || ' ' || sum(s.id) FROM amr_windows w JOIN sr s ON s.b && w.qb
-UNION ALL SELECT 'NULL: ' || count(*) || ' ' || sum(id) FROM sr WHERE b IS NULL
-ORDER BY 1});
-is($with, $without, 'the windows and the NULL keys: the index finds what a sequential scan finds');
-is(temp_files(), 0, 'the runs are gone once the build is done');
+check_sr_b('after the build');
 
 # in 1MB, with the table's parallel_workers option (PostgreSQL then skips
 # its rule of 32MB for each participant): runs of 5,377 rows in every
@@ -303,14 +310,7 @@ like($err, qr/the leader and [12] parallel workers scan the table and sort runs 
 	'the leader and the workers sorted runs of 5,377 rows');
 like($err, qr/amrtree build: \d+ sorted runs, more than the \d+ one merge takes; merging them in passes/,
 	'more runs than one merge takes');
-is(entries('sr_b'), '1100000', 'every row has its entry after the passes');
-is($node->safe_psql('postgres', q{SELECT amrtree_check('sr_b')}), 't', 'amrtree_check passes after the passes');
-($with, $without) = amr_with_and_without_index($node, 'postgres', q{
-SELECT 'windows: ' || count(*) || ' ' || sum(s.id) FROM amr_windows w JOIN sr s ON s.b && w.qb
-UNION ALL SELECT 'NULL: ' || count(*) || ' ' || sum(id) FROM sr WHERE b IS NULL
-ORDER BY 1});
-is($with, $without, 'after the passes the index finds what a sequential scan finds');
-is(temp_files(), 0, 'no run is left after the passes');
+check_sr_b('after the merge passes');
 $node->safe_psql('postgres', 'ALTER TABLE sr RESET (parallel_workers)');
 
 ($ok, $err) = build('CREATE INDEX sr_flaky ON sr USING amrtree (flaky_box(id, b))', 2,

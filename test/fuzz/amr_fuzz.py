@@ -728,13 +728,7 @@ class Fuzz:
                 vals = ','.join(g.row() for _ in range(n))
             sql = pre + cols('INSERT INTO %s (b, p, pg, c, v) VALUES %s RETURNING id;' % (t, vals))
             rows, errs = self.x(sess, sql, name)
-            if rows:
-                try:
-                    m = max(int(r) for r in rows if r.strip().isdigit())
-                    with self.lock:
-                        self.maxid = max(self.maxid, m)
-                except ValueError:
-                    pass
+            self.note_ids(rows)
         elif k < 0.55:
             col = rnd.choice(list(OPS))
             kind = KIND[col]
@@ -803,13 +797,19 @@ class Fuzz:
             sql = cols('INSERT INTO f1 (b, p, pg, c, v) SELECT * FROM (VALUES %s) v '
                        'WHERE (SELECT count(*) FROM f1) < %d RETURNING id;' % (vals, self.a.rows))
             rows, errs = self.x(sess, sql, name)
-            ids = [int(r) for r in rows or [] if r.strip().isdigit()]
-            if ids:
-                with self.lock:
-                    self.maxid = max(self.maxid, max(ids))
+            if self.note_ids(rows):
                 self.bump('top_ups')
         self.bump('writes')
         time.sleep(rnd.random() * self.a.write_sleep)
+
+    def note_ids(self, rows):
+        """Raise maxid to the largest id an INSERT ... RETURNING id gave
+        back; returns whether it gave any."""
+        ids = [int(r) for r in rows or [] if r.strip().isdigit()]
+        if ids:
+            with self.lock:
+                self.maxid = max(self.maxid, max(ids))
+        return bool(ids)
 
     def end_orphans(self, sess, name):
         """Commit or roll back the prepared transactions whose writer lost
